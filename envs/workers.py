@@ -14,10 +14,9 @@ reason is counted in the call's ``stats`` (and in ``EnvPool.totals``), so it rea
 metrics: never a hang, never a silent drop. A reset lost that way is retried once on the
 replacement (resets are idempotent by address).
 
-Backends: ``Worker`` is the seam. ``ProcessWorker`` (multiprocessing, one machine) is the one
-built here; a multi-node backend implements the same four methods with a Ray actor
-(``submit`` -> ``actor.run.remote``, ``result`` -> ``ray.get(ref, timeout=...)``, ``kill`` ->
-``ray.kill``) and is passed as ``worker_cls``.
+Backends: ``Worker`` is the seam. ``ProcessWorker`` (multiprocessing, one machine) is the default;
+``envs.ray_pool.RayWorker`` implements the same methods with a Ray actor for multi-node runs
+(``envs.ray_pool.RayEnvPool``).
 """
 
 from __future__ import annotations
@@ -35,6 +34,8 @@ EnvFactory = Callable[[], TextEnv]
 T = TypeVar("T")
 
 WORKER_DIED, WORKER_TIMEOUT, ENV_ERROR = "worker_died", "worker_timeout", "env_error"
+#: Stats key: workers killed and replaced in the call (not an episode count).
+WORKERS_RESTARTED = "workers_restarted"
 
 
 class WorkerFailed(Exception):
@@ -71,6 +72,19 @@ class Worker(abc.ABC):
         self.kill()
 
 
+def run_op(envs: list[TextEnv], op: str, payload: list) -> list[tuple[str, Any]]:
+    """Apply ``op`` to the addressed envs: per env ("ok", value) or ("error", traceback). Shared by
+    every backend, so one env's failure is reported the same way whichever process ran it."""
+    out = []
+    for slot, *args in payload:
+        try:
+            value = envs[slot].reset(*args) if op == "reset" else envs[slot].step(*args)
+            out.append(("ok", value))
+        except Exception:  # noqa: BLE001 - one env's failure must not take the others down
+            out.append(("error", traceback.format_exc(limit=3)))
+    return out
+
+
 def _serve(conn, factory: EnvFactory, n_envs: int) -> None:
     """Worker process main loop: build the envs, then answer (op, payload) messages."""
     try:
@@ -85,14 +99,7 @@ def _serve(conn, factory: EnvFactory, n_envs: int) -> None:
             for env in envs:
                 env.close()
             return
-        out = []
-        for slot, *args in payload:
-            try:
-                value = envs[slot].reset(*args) if op == "reset" else envs[slot].step(*args)
-                out.append(("ok", value))
-            except Exception:  # noqa: BLE001 - one env's failure must not take the others down
-                out.append(("error", traceback.format_exc(limit=3)))
-        conn.send(out)
+        conn.send(run_op(envs, op, payload))
 
 
 class ProcessWorker(Worker):
@@ -243,7 +250,7 @@ class EnvPool:
                         raise RuntimeError(f"reset of slot {slot} to {items[slot]} failed in its worker:\n{value}")
                     results[slot] = value
             for w, exc in failed.items():
-                self._count(stats, "workers_restarted")
+                self._count(stats, WORKERS_RESTARTED)
                 if attempt == 1:
                     for slot, _ in jobs[w]:
                         self._ended[slot] = exc.reason
@@ -273,7 +280,7 @@ class EnvPool:
                     self._count(stats, ENV_ERROR)
                 results[slot] = value
         for w, exc in failed.items():
-            self._count(stats, "workers_restarted")
+            self._count(stats, WORKERS_RESTARTED)
             for slot, _ in jobs[w]:
                 results[slot] = failed_transition(exc.reason, exc.detail)
                 self._ended[slot] = exc.reason

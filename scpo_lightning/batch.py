@@ -17,7 +17,9 @@ class RolloutBatch:
     anchor (raw env observation the prompt was built from), the projected action, the observation
     the step returned, env reward, done, validity and no-op flags, token length, task family.
     ``step_returns`` (G_t) and ``episode_scores`` are filled by the collector; the SCPO callback
-    sets ``shaped_returns`` (G̃_t) and ``scpo_stats``; the module reads G̃ when present.
+    sets ``shaped_returns`` (G̃_t) and ``scpo_stats``; the module reads G̃ when present. When the
+    scorer failed on the batch, ``shaped_returns`` stays None (the batch trains as plain GiGPO)
+    and ``scpo_stats`` says so (``shaped`` 0, ``scorer_failures`` 1).
     """
 
     group_ids: list[int]
@@ -45,7 +47,8 @@ class RolloutBatch:
     timings: dict[str, float] = field(default_factory=dict)
     #: Episodes ended by env/worker failures, per reason, and workers restarted (envs.workers).
     env_failures: dict[str, float] = field(default_factory=dict)
-    #: Set by the SCPO callback while the scorer runs in the background; ``wait_shaping`` ends it.
+    #: Set by the SCPO callback while the scorer runs in the background; ``wait_shaping`` ends it
+    #: (it waits at most the callback's scorer_timeout_s, and raises only with on_scorer_error: fail).
     pending_shaping: Callable[[], None] | None = None
 
     def wait_shaping(self) -> None:
@@ -73,6 +76,6 @@ class RolloutBatch:
         for family in sorted({t["family"] for t in trajs}):
             won = [t["won"] for t in trajs if t["family"] == family]
             out[f"success/{family}"] = float(np.mean(won))
-        if trajs and "score" in trajs[0]:
-            out["score"] = 100.0 * float(np.mean([t["score"] for t in trajs]))
+        if any("score" in t for t in trajs):  # graded envs: an episode that bought nothing scores 0
+            out["score"] = 100.0 * float(np.mean([t.get("score", 0.0) for t in trajs]))
         return out

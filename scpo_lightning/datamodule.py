@@ -3,10 +3,18 @@
 The train dataloader yields one ``RolloutBatch`` per epoch (one epoch = one RL iteration), made by
 the module's engine with its current weights; the val dataloader yields validation rollouts on
 the held-out split at the validation temperature.
+
+Data parallel (several ranks): every rank draws the same ``groups_per_batch`` tasks from the
+same seeded sampler and collects its contiguous share of them, whole groups only, so group
+statistics, GiGPO and SCPO stay rank-local; the iteration's tasks are those of a one-device run
+with the same seed, and the sampler state (the resume state) is the same on every rank.
+Validation episodes are cut into one contiguous block per rank: no duplicates, no gaps.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 from typing import Any
 
 import lightning as L
@@ -14,8 +22,23 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
 from envs.registry import PROMPT_FAMILY, SequentialPool, make_env_factory, split_size
+from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.engines.base import SamplingParams
 from scpo_lightning.rollout import RolloutConfig, collect
+
+
+def check_worker_backend(backend: str, address: str | None, workers: int) -> None:
+    """data.worker_backend / data.ray_address: fail at start-up, naming the field, not in setup."""
+    if backend not in ("process", "ray"):
+        raise ValueError(f"data.worker_backend must be 'process' or 'ray'; got {backend!r}")
+    if backend == "process" and address is not None:
+        raise ValueError(f"data.ray_address={address!r} is set but data.worker_backend is 'process'; "
+                         "set data.worker_backend: ray or remove data.ray_address")
+    if backend == "ray":
+        if workers < 1:
+            raise ValueError("data.worker_backend: ray needs data.workers >= 1 (0 steps all envs in this process)")
+        if importlib.util.find_spec("ray") is None:
+            raise ImportError("data.worker_backend: ray needs the `ray` package: pip install -e '.[ray]'")
 
 
 class _Rollouts(IterableDataset):
@@ -37,15 +60,17 @@ class RolloutDataModule(L.LightningDataModule):
         train_split: Split that training tasks are drawn from.
         val_split: Held-out split for validation (ALFWorld valid_seen).
         val_start_index: First task index of the validation split used.
-        groups_per_batch: Tasks per iteration (16 in the paper recipes).
+        groups_per_batch: Tasks per iteration over all ranks (16 in the paper recipes); a multiple of the number of ranks, each collecting its share.
         group_size: Rollouts per task, n (8 in the paper recipes); must be >= 2.
-        val_episodes: Validation episodes per validation run (128 in the paper; WebShop 256).
-        val_batch_episodes: Validation episodes collected per validation batch.
+        val_episodes: Validation episodes per validation run over all ranks (128 in the paper; WebShop 256).
+        val_batch_episodes: Validation episodes collected per validation batch (per rank).
         val_temperature: Sampling temperature of validation rollouts.
         top_p: Nucleus sampling top-p of training rollouts.
         max_new_tokens: Longest response in tokens.
         rollout: The rollout loop settings (prompting, projection, returns).
-        workers: Env worker processes (0 = step all envs in this process, for debugging).
+        workers: Env worker processes per rank (0 = step all envs in this process, for debugging).
+        worker_backend: Where the env workers run: process (local processes) or ray (Ray actors, also on other nodes of a Ray cluster; needs the ray extra).
+        ray_address: worker_backend ray only: None starts a local Ray runtime; auto joins the cluster started with `ray start` on this node; ray://host:port joins through Ray Client.
         step_timeout_s: A worker that takes longer for one step call is killed and replaced; its episodes end with a recorded reason.
         reset_timeout_s: The same limit for loading new games at reset.
         seed: Seed of the task sampler and of generation.
@@ -68,6 +93,8 @@ class RolloutDataModule(L.LightningDataModule):
         max_new_tokens: int = 512,
         rollout: RolloutConfig | None = None,
         workers: int = 2,
+        worker_backend: str = "process",
+        ray_address: str | None = None,
         step_timeout_s: float = 120.0,
         reset_timeout_s: float = 900.0,
         seed: int = 0,
@@ -86,21 +113,64 @@ class RolloutDataModule(L.LightningDataModule):
         self.val_episodes, self.val_batch_episodes = val_episodes, val_batch_episodes
         self.val_temperature, self.top_p, self.max_new_tokens = val_temperature, top_p, max_new_tokens
         self.workers, self.seed, self.progress = workers, seed, progress
+        self.worker_backend, self.ray_address = worker_backend, ray_address
+        check_worker_backend(worker_backend, ray_address, workers)
         self.step_timeout_s, self.reset_timeout_s = step_timeout_s, reset_timeout_s
         self.rng = np.random.default_rng(seed)
         self.iteration = 0
         self.pool: Any = None
+        self.rank, self.world_size = 0, 1
 
     def setup(self, stage: str) -> None:
+        if self.trainer is not None:
+            self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+        self.check_world_size(self.world_size)
         if self.pool is None:
-            size = max(self.groups_per_batch * self.group_size, self.val_batch_episodes)
+            val_share = math.ceil(self.val_episodes / self.world_size)
+            size = max(self.groups_per_batch // self.world_size * self.group_size, min(self.val_batch_episodes, val_share))
             if self.workers == 0:
                 self.pool = SequentialPool(self.env_factory, size)
+            elif self.worker_backend == "ray":
+                from envs.ray_pool import RayEnvPool
+
+                self.pool = RayEnvPool(self.env_factory, size, num_workers=self.workers,
+                                       timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s,
+                                       address=self.ray_address)
             else:
                 from envs.workers import EnvPool
 
                 self.pool = EnvPool(self.env_factory, size, num_workers=self.workers,
                                     timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s)
+            self._check_first_prompts()
+
+    def _check_first_prompts(self) -> None:
+        """A first prompt over rollout.max_prompt_tokens fails here, before any model loads.
+
+        Lightning runs ``setup`` before ``configure_model``: the tokenizer alone (no weights) counts
+        the step-0 prompt of the first training and validation task. Later prompts grow with
+        history and are checked as they are built, with the same message.
+        """
+        if self.trainer is None or self.rollout.truncation != "error":
+            return
+        from scpo_lightning.policy import load_tokenizer
+        from scpo_lightning.prompts import build_prompt
+        from scpo_lightning.rollout import offered_actions, tokenize_prompt
+
+        hp = self.trainer.lightning_module.hparams
+        tokenizer = load_tokenizer(hp.policy, hp.get("cache_dir"), trust_remote_code=hp.get("trust_remote_code", False))
+        for task in ((self.train_split, 0), (self.val_split, self.val_start_index)):
+            first = self.pool.reset([task], 1).results[0]
+            if first is not None:
+                actions = offered_actions(first.admissible, self.rollout.exclude_actions)
+                text = build_prompt(self.rollout.env, first.task, first.observation, actions, [], 0,
+                                    self.rollout.history_length)
+                tokenize_prompt(tokenizer, text, self.rollout)
+
+    def check_world_size(self, world_size: int) -> None:
+        if self.groups_per_batch % world_size:
+            raise ValueError(f"data.groups_per_batch={self.groups_per_batch} must be a multiple of the number of "
+                             f"ranks ({world_size}: trainer.devices x trainer.num_nodes) so that every rank "
+                             "collects whole groups of the same count")
 
     def teardown(self, stage: str) -> None:
         if self.pool is not None:
@@ -108,28 +178,46 @@ class RolloutDataModule(L.LightningDataModule):
             self.pool = None
 
     def _sample_tasks(self) -> list[tuple[str, int]]:
+        """This rank's groups of the iteration: its share of the draw every rank makes alike."""
         size = split_size(self.env, self.train_split, self.env_options)
         high = size if size is not None else 2**31 - 1
         replace = size is not None and size < self.groups_per_batch
-        return [(self.train_split, int(i)) for i in self.rng.choice(high, self.groups_per_batch, replace=replace)]
+        drawn = self.rng.choice(high, self.groups_per_batch, replace=replace)
+        start, stop = shard_bounds(self.groups_per_batch, self.world_size, self.rank)
+        return [(self.train_split, int(i)) for i in drawn[start:stop]]
+
+    def val_tasks(self) -> list[tuple[str, int]]:
+        """This rank's contiguous block of the validation episodes."""
+        start, stop = shard_bounds(self.val_episodes, self.world_size, self.rank)
+        return [(self.val_split, self.val_start_index + i) for i in range(start, stop)]
 
     def rollout_batches(self, stage: str):
         module = self.trainer.lightning_module
+        # Each rank samples its own responses; a per-rank offset keeps them independent.
+        seed = self.seed + 1_000_003 * self.rank
         if stage == "train":
             params = SamplingParams(module.hparams.temperature, self.top_p, self.max_new_tokens,
-                                    seed=self.seed + self.iteration)
-            batch = collect(self.pool, module.engine, module.tokenizer, self._sample_tasks(), self.group_size,
-                            params, self.rollout, self.progress, f"rollout it {self.iteration}")
+                                    seed=seed + self.iteration)
+            tasks = self._sample_tasks()
+            with module.generation_context():
+                batch = collect(self.pool, module.engine, module.tokenizer, tasks, self.group_size,
+                                params, self.rollout, self.progress, f"rollout it {self.iteration}")
             self.iteration += 1
             yield batch
             return
-        params = SamplingParams(self.val_temperature, self.top_p, self.max_new_tokens, seed=self.seed)
-        first = self.val_start_index
-        for start in range(first, first + self.val_episodes, self.val_batch_episodes):
-            stop = min(start + self.val_batch_episodes, first + self.val_episodes)
-            tasks = [(self.val_split, i) for i in range(start, stop)]
-            yield collect(self.pool, module.engine, module.tokenizer, tasks, 1, params, self.rollout,
-                          self.progress, f"validation {start - first}/{self.val_episodes}")
+        params = SamplingParams(self.val_temperature, self.top_p, self.max_new_tokens, seed=seed)
+        tasks = self.val_tasks()
+        # Entering the generation context is collective, so every rank enters it equally often:
+        # its block is cut into as many batches as the largest block needs (an empty one, only at
+        # the end of a block one episode short, is entered but not collected).
+        batches = math.ceil(math.ceil(self.val_episodes / self.world_size) / self.val_batch_episodes)
+        for b in range(batches):
+            start, stop = shard_bounds(len(tasks), batches, b)
+            with module.generation_context():
+                batch = collect(self.pool, module.engine, module.tokenizer, tasks[start:stop], 1, params,
+                                self.rollout, self.progress, f"validation {start}/{len(tasks)}") if stop > start else None
+            if batch is not None:
+                yield batch
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_Rollouts(self, "train"), batch_size=None, collate_fn=lambda b: b)

@@ -35,13 +35,15 @@ def response_logprobs(
     pad_id: int,
     temperature: float,
     with_entropy: bool,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """log π(response token | prefix) for every response token: ([B, R], entropy [B, R] or None, mask [B, R]).
 
     Logits are divided by the rollout temperature (SPEC §4). The logit that predicts response
-    token k of a row sits at position len(prompt) + k − 1.
+    token k of a row sits at position len(prompt) + k − 1. ``device``: where the model computes
+    (default: where its first parameter is; a CPU-offloaded FSDP2 model computes on the GPU).
     """
-    device = next(model.parameters()).device
+    device = device or next(model.parameters()).device
     ids, attn, resp, resp_mask = pack_rows(prompts, responses, pad_id, device)
     logits = model(input_ids=ids, attention_mask=attn).logits
     start = torch.tensor([len(p) - 1 for p in prompts], device=device)

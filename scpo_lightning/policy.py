@@ -80,38 +80,52 @@ def resolve_model_dir(model: str, cache_dir: str | Path | None = None) -> Path:
     check_model_source(model)
     if model != SMOLLM2_GGUF:
         return Path(model).expanduser()
-    version = importlib.metadata.version(SMOLLM2_PACKAGE)
-    target = Path(cache_dir or default_cache_dir()) / f"smollm2-135m-instruct-fp32-{SMOLLM2_PACKAGE}-{version}"
+    target = _smollm2_cache(cache_dir)
     if not (target / "config.json").is_file():
         convert_smollm2_gguf(target)
     return target
 
 
+def _smollm2_cache(cache_dir: str | Path | None) -> Path:
+    version = importlib.metadata.version(SMOLLM2_PACKAGE)
+    return Path(cache_dir or default_cache_dir()) / f"smollm2-135m-instruct-fp32-{SMOLLM2_PACKAGE}-{version}"
+
+
 def load_policy(
-    model: str, torch_dtype: str = "float32", cache_dir: str | Path | None = None
+    model: str, torch_dtype: str = "float32", cache_dir: str | Path | None = None, trust_remote_code: bool = False
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``(policy, tokenizer)``; ``model`` is an HF causal-LM directory or ``'smollm2-gguf'``.
 
     ``torch_dtype``: one of ``auto`` (the checkpoint's dtype), ``float32``, ``bfloat16``, ``float16``.
-    Remote code is never trusted. A tokenizer without pad token gets EOS as pad.
+    ``trust_remote_code``: run Python files shipped in the model folder (its ``auto_map``); only
+    when the config says so (``model.trust_remote_code``). A tokenizer without pad token gets EOS as pad.
     """
     if torch_dtype not in DTYPES:
         raise ValueError(f"torch_dtype must be one of {sorted(DTYPES)}, got {torch_dtype!r}")
     directory = resolve_model_dir(model, cache_dir)
-    tokenizer = _tokenizer_at(directory)
+    tokenizer = _tokenizer_at(directory, trust_remote_code)
     policy = AutoModelForCausalLM.from_pretrained(
-        directory, dtype=DTYPES[torch_dtype], trust_remote_code=False, local_files_only=True
+        directory, dtype=DTYPES[torch_dtype], trust_remote_code=trust_remote_code, local_files_only=True
     )
     return policy, tokenizer
 
 
-def load_tokenizer(model: str, cache_dir: str | Path | None = None) -> PreTrainedTokenizerBase:
-    """The tokenizer of ``model`` (same sources as ``load_policy``), with a pad token."""
-    return _tokenizer_at(resolve_model_dir(model, cache_dir))
+def load_tokenizer(
+    model: str, cache_dir: str | Path | None = None, trust_remote_code: bool = False
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``model`` (same sources as ``load_policy``), with a pad token.
+
+    Never loads model weights: before the SmolLM2 conversion is cached, the tokenizer is read from
+    the GGUF metadata alone (config checks run before any model loads).
+    """
+    check_model_source(model)
+    if model == SMOLLM2_GGUF and not (_smollm2_cache(cache_dir) / "config.json").is_file():
+        return _tokenizer_from_gguf(smollm2_gguf_file())
+    return _tokenizer_at(resolve_model_dir(model, cache_dir), trust_remote_code)
 
 
-def _tokenizer_at(directory: Path) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False, local_files_only=True)
+def _tokenizer_at(directory: Path, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code, local_files_only=True)
     if tokenizer.eos_token is None:
         raise ValueError(f"the tokenizer in {directory} has no eos_token; generation could never stop")
     if tokenizer.pad_token is None:  # Llama-style tokenizers ship none; the engine masks padding anyway

@@ -35,6 +35,22 @@ def constrained_choices(admissible: Sequence[str], task: str) -> list[str]:
     return [f"search[{task}]" if a == SEARCH_PLACEHOLDER else a for a in admissible if a != "help"]
 
 
+def offered_actions(admissible: Sequence[str], exclude: Sequence[str]) -> list[str]:
+    """The admissible actions minus those whose command is in ``exclude`` (rollout.exclude_actions).
+
+    An entry removes the action equal to it and every action starting with it plus a space, so
+    "examine" removes "examine drawer 1". Removing everything is a configuration error: an agent
+    must always have an action to take.
+    """
+    if not exclude:
+        return list(admissible)
+    kept = [a for a in admissible if not any(a == e or a.startswith(e + " ") for e in exclude)]
+    if not kept:
+        raise ValueError(f"rollout.exclude_actions={list(exclude)} removes every admissible action of a state "
+                         f"({list(admissible)[:8]}...); exclude fewer commands")
+    return kept
+
+
 class PoolResult(Protocol):
     results: list[Any]  # per slot: Reset / Transition, or None (slot not in play or lost)
     stats: dict[str, int]  # episodes ended per failure reason, workers restarted
@@ -61,6 +77,7 @@ class RolloutConfig:
         action_mode: free (the model writes <think>/<action>; projection flags bad output) or constrained (decoding forced to <action> + an admissible action).
         gamma: Discount γ of the step returns.
         invalid_penalty: Subtracted from an invalid row's return and episode score (SPEC §2.2).
+        exclude_actions: Constrained mode only: commands never offered (neither listed in the prompt nor decodable), e.g. [look, inventory, examine] so that a small model cannot loop on commands that never change the world. Empty = the paper's full admissible list.
     """
 
     env: str = "alfworld"
@@ -71,6 +88,7 @@ class RolloutConfig:
     action_mode: str = "free"
     gamma: float = 0.95
     invalid_penalty: float = 0.1
+    exclude_actions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.truncation not in TRUNCATION:
@@ -79,9 +97,12 @@ class RolloutConfig:
             raise ValueError(f"rollout.action_mode must be 'free' or 'constrained'; got {self.action_mode!r}")
         if self.max_steps < 1:
             raise ValueError(f"rollout.max_steps must be >= 1; got {self.max_steps}")
+        if self.exclude_actions and self.action_mode != "constrained":
+            raise ValueError("rollout.exclude_actions only applies to action_mode: constrained (a free-text "
+                             "model can write any command); remove it or set action_mode: constrained")
 
 
-def _tokenize_prompt(tokenizer: Any, text: str, cfg: RolloutConfig) -> list[int]:
+def tokenize_prompt(tokenizer: Any, text: str, cfg: RolloutConfig) -> list[int]:
     ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
     if len(ids) > cfg.max_prompt_tokens:
@@ -112,7 +133,7 @@ def collect(
     failures: dict[str, int] = dict(reset.stats)
     starts = reset.results
     obs = [r.observation if r else "" for r in starts]
-    admissible = [r.admissible if r else [] for r in starts]
+    admissible = [offered_actions(r.admissible, cfg.exclude_actions) if r else [] for r in starts]
     history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     # A slot whose reset was lost (its worker died twice) ends before its first step, recorded.
     active = [i for i in range(n) if starts[i] is not None]
@@ -134,7 +155,7 @@ def collect(
             if not active:
                 break
             prompts = [
-                _tokenize_prompt(tokenizer, build_prompt(cfg.env, trajs[i]["task"], obs[i], admissible[i],
+                tokenize_prompt(tokenizer, build_prompt(cfg.env, trajs[i]["task"], obs[i], admissible[i],
                                                          history[i], t, cfg.history_length), cfg)
                 for i in active
             ]
@@ -174,7 +195,7 @@ def collect(
                 traj["reward"] += res.reward
                 traj.update({k: v for k, v in res.info.items() if k in ("score", "end")})
                 history[i].append((obs[i], proj.action))
-                obs[i], admissible[i] = res.observation, res.admissible
+                obs[i], admissible[i] = res.observation, offered_actions(res.admissible, cfg.exclude_actions)
                 if res.won:
                     traj["won"], traj["end"] = True, "won"
                 elif res.done and traj["end"] == "max_steps":

@@ -49,17 +49,20 @@ class SCPOConfig:
     separator: str = " || "
 
     def __post_init__(self) -> None:
+        # Each message starts with the field name: SCPOCallback prefixes its own class to it.
+        # The comparisons are written so that NaN fails them too.
         checks = [
-            (self.alpha >= 0, f"alpha must be >= 0; got {self.alpha}"),
-            (0 < self.theta <= 1, f"theta must be in (0, 1]; got {self.theta}"),
-            (0 <= self.lam < self.theta, f"lam must be in [0, theta={self.theta}); got {self.lam}"),
-            (self.reference in REFERENCES, f"reference must be one of {REFERENCES}; got {self.reference!r}"),
-            (self.order in ORDERS, f"order must be one of {ORDERS}; got {self.order!r}"),
-            (self.order_partitions >= 1, f"order_partitions must be >= 1; got {self.order_partitions}"),
+            (self.alpha >= 0, f"alpha={self.alpha} must be >= 0 (it weighs the credit: ALFWorld 0.5, WebShop 1.0)"),
+            (0 < self.theta <= 1, f"theta={self.theta} must be in (0, 1] (the similarity a step needs; paper: 0.6)"),
+            (0 <= self.lam < self.theta,
+             f"lam={self.lam} must be in [0, theta={self.theta}) (credit is max(0, M - lam) / (1 - lam); paper: 0.4)"),
+            (self.reference in REFERENCES, f"reference={self.reference!r} must be one of {REFERENCES}"),
+            (self.order in ORDERS, f"order={self.order!r} must be one of {ORDERS}"),
+            (self.order_partitions >= 1, f"order_partitions={self.order_partitions} must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(f"SCPO config: {message}")
+                raise ValueError(message)
 
 
 @dataclass(frozen=True)

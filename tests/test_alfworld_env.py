@@ -7,6 +7,7 @@ from functools import partial
 import pytest
 
 from envs.alfworld import FAMILIES, AlfworldConfig, AlfworldEnv
+from envs.alfworld.env import make_source
 from envs.workers import EnvPool
 from tests.conftest import require
 
@@ -30,9 +31,10 @@ def _replay(env: AlfworldEnv, split: str, index: int):
     return first, last, rewards
 
 
-@pytest.mark.parametrize("split", ["train", "valid_seen", "valid_unseen"])
-def test_walkthroughs_win_for_every_family_small_rooms(tmp_path, split):
-    env = AlfworldEnv(_config(tmp_path))
+@pytest.mark.parametrize("split, size", [("train", "small"), ("valid_seen", "small"), ("valid_unseen", "small"),
+                                         ("train", "tiny"), ("valid_seen", "tiny")])
+def test_walkthroughs_win_for_every_family_small_rooms(tmp_path, split, size):
+    env = AlfworldEnv(_config(tmp_path, size=size))
     for index in range(12):  # two games of each family (families cycle with the index)
         first, last, rewards = _replay(env, split, index)
         assert first.family == FAMILIES[index % 6]
@@ -93,3 +95,21 @@ def test_group_members_in_different_workers_see_the_identical_game(tmp_path):
         action = next(a for a in out.results[0].admissible if a.startswith("go to"))
         steps = pool.step([action] * 4 + [None] * 4).results
         assert len({(t.observation, tuple(t.admissible)) for t in steps[:4]}) == 1
+
+
+def test_families_option_plays_only_those_families(tmp_path):
+    config = _config(tmp_path, size="tiny", families=["look_at_obj_in_light", "pick_and_place_simple"])
+    source = make_source(config)
+    # Families cycle with the generated index (0 pick_and_place_simple, 1 look_at_obj_in_light, ...):
+    # train keeps indices 0, 1, 6, 7, ... -> 593 + 592 of 3,553; valid_seen 24 + 24 of 140.
+    assert (source.num_games("train"), source.num_games("valid_seen")) == (1185, 48)
+    assert [source.game("train", i).game_id[-5:] for i in range(4)] == ["00000", "00001", "00006", "00007"]
+    env = AlfworldEnv(config)
+    assert env.reset("train", 2).family == "pick_and_place_simple"
+    with pytest.raises(IndexError, match="1185 games of the families"):
+        source.game("train", 1185)
+
+
+def test_unknown_family_is_a_named_error(tmp_path):
+    with pytest.raises(ValueError, match=r"AlfworldConfig\.families=\['pick_and_place'\]: unknown"):
+        _config(tmp_path, families=["pick_and_place"])

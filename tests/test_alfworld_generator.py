@@ -76,7 +76,12 @@ def test_sizes_scale_the_room(tmp_path):
         problem = json.loads(GeneratedGames(tmp_path, size).build("train", 6))["pddl_problem"]
         return len(re.findall(r"^\s+\S+ - receptacle$", problem, flags=re.M))
 
-    assert receptacles("small") <= 3 < receptacles("medium") <= 10 < receptacles("alfred")
+    def distractors(size: str) -> int:
+        game = json.loads(GeneratedGames(tmp_path, size).build("train", 6))
+        return len(re.findall(r"^\s+\S+ - object$", game["pddl_problem"], flags=re.M))
+
+    assert distractors("tiny") < distractors("small")
+    assert receptacles("tiny") <= receptacles("small") <= 3 < receptacles("medium") <= 10 < receptacles("alfred")
 
 
 def test_cache_writes_once_with_manifest(tmp_path):

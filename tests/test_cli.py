@@ -67,3 +67,16 @@ def test_missing_model_path_is_named(tmp_path):
     config.write_text(yaml.safe_dump(data))
     proc = run_cli(config, tmp_path)
     assert proc.returncode != 0 and "model.policy" in proc.stderr and "no-such-model" in proc.stderr
+
+
+def test_first_prompt_over_the_limit_fails_before_the_model_loads(tmp_path):
+    # The corridor's first prompt (chat template + instruction + observation) is well over 20
+    # tokens, so with truncation 'error' the datamodule's setup stops the run; the module's
+    # configure_model (which prints "Loading") never runs.
+    config = quickstart_on_corridor(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["data"]["rollout"].update(max_prompt_tokens=20, truncation="error")
+    config.write_text(yaml.safe_dump(data))
+    proc = run_cli(config, tmp_path)
+    assert proc.returncode != 0 and "rollout.max_prompt_tokens=20" in proc.stderr
+    assert "Loading" not in proc.stdout and "[val" not in proc.stdout

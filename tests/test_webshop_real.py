@@ -104,3 +104,13 @@ def test_adapter_maps_webshop_text_env(tmp_path, clean_modules, mode, reward):
     assert env.reset("train", 0).task_id == "webshop/500"
     with pytest.raises(IndexError):
         env.reset("train", 100)
+
+
+def test_config_webshop_checkout_reaches_the_real_env(tmp_path, clean_modules):
+    from envs.registry import make_env_factory, split_size
+
+    options = {"webshop_checkout": str(_checkout(tmp_path)), "webshop_num_products": 1000}
+    env = make_env_factory("webshop", options)()
+    assert type(env).__name__ == "RealWebShopEnv" and env.reset("valid", 3).task == "goal 3"
+    # The stand-in defines 600 goals: the first 500 are WebShop's validation sessions.
+    assert (split_size("webshop", "valid", options), split_size("webshop", "train", options)) == (500, 100)

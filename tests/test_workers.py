@@ -6,11 +6,17 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+# Worker processes import this module to unpickle the env classes: heavy imports (Lightning, the
+# rollout loop) stay inside the tests that need them.
 from envs.base import Reset, TextEnv, Transition
-from envs.workers import ENV_ERROR, WORKER_DIED, WORKER_TIMEOUT, EnvPool
+from envs.toy import CorridorEnv
+from envs.workers import ENV_ERROR, WORKER_DIED, WORKER_TIMEOUT, WORKERS_RESTARTED, EnvPool
+from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
 
 
 class EchoEnv(TextEnv):
@@ -46,6 +52,41 @@ class EchoEnv(TextEnv):
         won = action == "win"
         return Transition(f"{self.game}: {action}", ["look"], 10.0 if won else 0.0, won or self.t >= 5, won,
                           noop=action == "noop", info={"pid": os.getpid()})
+
+
+class FaultyCorridor(CorridorEnv):
+    """The corridor world, whose step crashes its worker, hangs or raises on command."""
+
+    def step(self, action: str) -> Transition:
+        if action == "crash":
+            os._exit(3)
+        if action == "hang":
+            time.sleep(600)
+        if action == "raise":
+            raise RuntimeError("engine bug")
+        return super().step(action)
+
+
+def zombie_children() -> list[int]:
+    """Child processes of this one that exited but were never reaped."""
+    me, out = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while we looked
+            continue
+        if int(fields[1]) == me and fields[0] == "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def assert_whole(pool: EnvPool, replaced: list[int] = ()) -> None:
+    """Every worker slot holds a live process, the replaced ones are reaped, nothing is a zombie."""
+    assert len(pool.workers) == pool.num_workers
+    assert all(w.process.is_alive() for w in pool.workers)
+    for pid in replaced:
+        assert pid not in pool.worker_pids() and not Path(f"/proc/{pid}").exists(), pid
+    assert zombie_children() == []
 
 
 @pytest.fixture
@@ -87,7 +128,7 @@ def test_killed_worker_ends_its_episodes_with_a_reason_and_is_replaced(pool):
     for slot in (0, 2):
         assert out.results[slot].observation == "train/2: look"
     assert out.stats == {WORKER_DIED: 2, "workers_restarted": 1}
-    assert pool.worker_pids()[1] != victim
+    assert_whole(pool, replaced=[victim])
     with pytest.raises(ValueError, match="already ended"):
         pool.step(["look"] * 4)
     again = pool.reset([("train", 2)], group_size=4)
@@ -102,12 +143,14 @@ def test_crash_and_hang_inside_a_step_are_detected(pool):
     assert out.results[1].observation == "train/0: look"
     pool.reset([("train", 0)], group_size=2)
     pool.timeout_s = 2.0
+    hung = pool.worker_pids()[1]
     began = time.monotonic()
     out = pool.step(["look", "hang"])
     assert time.monotonic() - began < 30
     assert out.results[1].info["failure"] == WORKER_TIMEOUT
     assert out.results[0].observation == "train/0: look"
     assert out.stats[WORKER_TIMEOUT] == 1
+    assert_whole(pool, replaced=[hung])  # the hung process was killed and reaped, not left behind
 
 
 def test_env_exception_ends_only_that_episode(pool):
@@ -142,3 +185,78 @@ def test_reset_that_keeps_killing_its_worker_ends_those_slots(pool):
 def test_reset_error_inside_the_env_is_raised_with_its_traceback(pool):
     with pytest.raises(RuntimeError, match="no such game"):
         pool.reset([("missing", 0)], group_size=2)
+
+
+class FakeTokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+        return [1, 2, 3]
+
+
+class Scripted(RolloutEngine):
+    """Answers call k's prompt i with ``script[k][i]`` (default ``look``), in constrained format."""
+
+    def __init__(self, script: dict[int, dict[int, str]]):
+        self.script, self.calls = script, 0
+
+    def generate(self, prompts, params, allowed=None):
+        plan, self.calls = self.script.get(self.calls, {}), self.calls + 1
+        return [Generation([7], f"<action>{plan.get(i, 'look')}</action>", True) for i in range(len(prompts))]
+
+
+def test_faults_inside_a_rollout_end_only_their_episodes_and_the_iteration_completes():
+    from scpo_lightning.gigpo import gigpo_advantage
+    from scpo_lightning.rollout import RolloutConfig, collect
+
+    # 2 groups x 3 on 3 workers: slot s on worker s % 3, so worker 0 holds slots 0 and 3, worker 1
+    # slots 1 and 4, worker 2 slots 2 and 5. At step 1 slot 0 raises, slot 1 kills its worker, slot
+    # 2 hangs its worker: every episode on workers 1 and 2 is lost, slot 3 plays on.
+    cfg = RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained")
+    engine = Scripted({1: {0: "raise", 1: "crash", 2: "hang"}})
+    with EnvPool(FaultyCorridor, num_envs=6, num_workers=3, timeout_s=2.0) as pool:
+        pids = pool.worker_pids()
+        batch = collect(pool, engine, FakeTokenizer(), [("train", 0), ("train", 1)], 3, SamplingParams(),
+                        cfg, progress=False)
+        assert [t["end"] for t in batch.trajectories] == [
+            ENV_ERROR, WORKER_DIED, WORKER_TIMEOUT, "max_steps", WORKER_DIED, WORKER_TIMEOUT]
+        assert batch.env_failures == {ENV_ERROR: 1, WORKER_DIED: 2, WORKER_TIMEOUT: 2, WORKERS_RESTARTED: 2}
+        # the iteration completed: every episode's step 0, slot 3's three steps, and their advantages
+        assert sorted(zip(batch.traj_ids, batch.steps)) == sorted([(i, 0) for i in range(6)] + [(3, 1), (3, 2)])
+        adv = gigpo_advantage(batch.episode_scores, batch.step_returns, batch.group_ids, batch.anchors)
+        assert adv.shape == (8,) and np.isfinite(adv).all()
+        assert_whole(pool, replaced=pids[1:])
+        assert pool.worker_pids()[0] == pids[0]  # the worker whose env raised was not restarted
+        # the next iteration has the whole pool again: all six episodes play to the step limit
+        again = collect(pool, Scripted({}), FakeTokenizer(), [("train", 2), ("train", 3)], 3, SamplingParams(),
+                        cfg, progress=False)
+        assert [t["end"] for t in again.trajectories] == ["max_steps"] * 6 and again.env_failures == {}
+    assert zombie_children() == []
+
+
+def test_worker_failures_reach_the_logged_metrics_per_iteration_and_in_total():
+    from callbacks.logging import RLLogger
+
+    logged: list[tuple[int, dict]] = []
+    logger = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
+    trainer = SimpleNamespace(current_epoch=0, loggers=[logger], logger=None, print=lambda *a: None,
+                              sanity_checking=False, is_global_zero=True)
+    module = SimpleNamespace(last_metrics={"train/loss": 0.5}, val_summary=dict)
+    callback = RLLogger()
+    for failures in ({WORKER_DIED: 2.0, WORKER_TIMEOUT: 1.0, WORKERS_RESTARTED: 2.0}, {}):
+        batch = SimpleNamespace(episode_metrics=lambda: {"success": 0.0, "episode_length": 1.0}, scpo_stats={},
+                                timings={}, env_failures=failures)
+        callback.on_train_batch_end(trainer, module, None, batch, 0)
+        trainer.current_epoch += 1
+    (_, first), (_, second) = logged
+    assert first["env_failures/worker_died"] == 2 and first["env_failures/worker_timeout"] == 1
+    assert first["env_failures/episodes"] == 3 and first["env_failures/workers_restarted"] == 2
+    assert second["env_failures/episodes"] == 0  # logged as 0, not missing, in a clean iteration
+    assert second["env_failures/total_episodes"] == 3 and second["env_failures/total_worker_died"] == 2
+    restored = RLLogger()
+    restored.load_state_dict(callback.state_dict())  # totals survive a resume
+    assert restored.env_failure_totals == callback.env_failure_totals
+    # validation: failures summed over its batches, logged under val/
+    callback.on_validation_epoch_start(trainer, module)
+    for _ in range(2):
+        callback.on_validation_batch_end(trainer, module, None, SimpleNamespace(env_failures={ENV_ERROR: 1.0}), 0)
+    callback.on_validation_epoch_end(trainer, module)
+    assert logged[-1][1]["val/env_failures/env_error"] == 2 and logged[-1][1]["val/env_failures/episodes"] == 2

@@ -13,9 +13,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.alfworld.errors import import_alfworld
-from envs.alfworld.games import GameRef, GameSource, GeneratedGames
-from envs.alfworld.real_data import RealGames
+from envs.alfworld.errors import AlfworldDataError, import_alfworld
+from envs.alfworld.games import FamilySubset, GameRef, GameSource, GeneratedGames
+from envs.alfworld.generator import SIZES
+from envs.alfworld.vocab import FAMILIES
+from envs.alfworld.real_data import LAYOUT_HINT, RealGames
 from envs.base import Reset, TextEnv, Transition
 
 NOTHING_HAPPENS = "Nothing happens."
@@ -34,9 +36,11 @@ class AlfworldConfig:
         data_path: Folder holding ``json_2.1.1/<split>/...`` (the alfworld-download layout).
         cache_dir: Where generated games are cached (default ``$SCPO_ALFWORLD_CACHE`` or
             ``~/.cache/scpo_lightning/alfworld``).
-        size: Generated room size: "alfred" (ALFRED scale, the default), "medium", or "small"
+        size: Generated room size: "alfred" (ALFRED scale, the default), "medium", "small" or "tiny"
             (a handful of receptacles: a weak policy sometimes wins within 10-15 steps).
         max_steps: Episode step limit; the step that reaches it returns ``done=True``.
+        families: Play only games of these task families (e.g. [pick_and_place_simple,
+            look_at_obj_in_light]), re-indexed within each split; null = all six.
     """
 
     source: str = "auto"
@@ -44,12 +48,33 @@ class AlfworldConfig:
     cache_dir: str | None = None
     size: str = "alfred"
     max_steps: int = 50
+    families: tuple[str, ...] | None = None
 
     def __post_init__(self):
+        # Cheap checks only (paths, names), run wherever a config is built: at start-up in the main
+        # process (envs.registry) before any model or game loads, and again in every worker.
         if self.source not in ("auto", "real", "generated"):
             raise ValueError(f"AlfworldConfig.source={self.source!r}; expected 'auto', 'real' or 'generated'")
         if self.max_steps < 1:
             raise ValueError(f"AlfworldConfig.max_steps={self.max_steps}; must be >= 1")
+        if self.families is not None:
+            object.__setattr__(self, "families", tuple(self.families))  # a YAML list; hashable here
+            unknown = sorted(set(self.families) - set(FAMILIES))
+            if unknown or not self.families:
+                raise ValueError(f"AlfworldConfig.families={list(self.families)}: unknown or empty; choose from "
+                                 f"{list(FAMILIES)}, or null for all")
+        if self.size not in SIZES:
+            raise ValueError(f"AlfworldConfig.size={self.size!r}: expected one of {', '.join(SIZES)}")
+        if self.data_path is not None:
+            if self.source == "generated":
+                raise ValueError(f"AlfworldConfig.data_path={self.data_path!r} is set but source='generated' never "
+                                 "reads it; remove data_path, or set source: real to play the dataset")
+            if not (Path(self.data_path).expanduser() / "json_2.1.1").is_dir():
+                raise AlfworldDataError(f"AlfworldConfig.data_path={self.data_path!r} has no json_2.1.1/ folder "
+                                        f"({LAYOUT_HINT}); point it at the folder alfworld-download filled")
+        elif self.source == "real" and _default_data_dir() is None:
+            raise ValueError("AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA pointing at the dataset "
+                             f"({LAYOUT_HINT}), or source: generated")
 
 
 def _default_data_dir() -> Path | None:
@@ -76,8 +101,10 @@ def make_source(config: AlfworldConfig) -> GameSource:
         data_dir = data_dir or _default_data_dir()
         if data_dir is None:
             raise ValueError("AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA pointing at the dataset")
-        return RealGames(data_dir)
-    return GeneratedGames(config.cache_dir, config.size)
+        source: GameSource = RealGames(data_dir)
+    else:
+        source = GeneratedGames(config.cache_dir, config.size)
+    return FamilySubset(source, config.families) if config.families else source
 
 
 class AlfworldEnv(TextEnv):

@@ -37,6 +37,38 @@ class GameSource(Protocol):
 
     def game(self, split: str, index: int) -> GameRef: ...
 
+    def families(self, split: str) -> list[str]: ...
+
+
+class FamilySubset:
+    """The games of ``source`` whose task family is in ``families``, re-indexed 0..n-1 per split
+    in the source's order (``AlfworldConfig.families``)."""
+
+    def __init__(self, source: GameSource, families: tuple[str, ...]):
+        self.source, self.wanted, self.kind = source, frozenset(families), source.kind
+        self._indices: dict[str, list[int]] = {}
+
+    def _kept(self, split: str) -> list[int]:
+        if split not in self._indices:
+            self._indices[split] = [i for i, f in enumerate(self.source.families(split)) if f in self.wanted]
+            if not self._indices[split]:
+                raise AlfworldDataError(f"ALFWorld split {split!r} has no game of the families {sorted(self.wanted)} "
+                                        "(AlfworldConfig.families); choose families the split holds")
+        return self._indices[split]
+
+    def num_games(self, split: str) -> int:
+        return len(self._kept(split))
+
+    def game(self, split: str, index: int) -> GameRef:
+        kept = self._kept(split)
+        if not 0 <= index < len(kept):
+            raise IndexError(f"index {index} out of range for split {split!r} ({len(kept)} games of "
+                             f"the families {sorted(self.wanted)})")
+        return self.source.game(split, kept[index])
+
+    def families(self, split: str) -> list[str]:
+        return [self.source.families(split)[i] for i in self._kept(split)]
+
 
 def default_cache_dir() -> Path:
     """``$SCPO_ALFWORLD_CACHE``, else ``~/.cache/scpo_lightning/alfworld``."""
@@ -75,6 +107,9 @@ class GeneratedGames:
         if split not in SPLIT_SIZES:
             raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {', '.join(SPLIT_SIZES)}")
         return SPLIT_SIZES[split]
+
+    def families(self, split: str) -> list[str]:
+        return [family_of(i) for i in range(self.num_games(split))]
 
     def _header(self, split: str) -> dict:
         return {"generator_version": GENERATOR_VERSION, "size": asdict(self.size), "split": split,

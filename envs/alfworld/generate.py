@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", required=True, choices=sorted(SPLIT_SIZES), help="which split to generate")
     parser.add_argument("--size", default="alfred", choices=sorted(SIZES),
-                        help="room size: alfred (ALFRED scale, default), medium, small (CPU quickstart)")
+                        help="room size: alfred (ALFRED scale, default), medium, small, tiny (CPU quickstart)")
     parser.add_argument("--cache-dir", default=None, help=f"cache root (default {default_cache_dir()})")
     parser.add_argument("--start", type=int, default=0, help="first index to generate")
     parser.add_argument("--end", type=int, default=None, help="one past the last index (default: the whole split)")

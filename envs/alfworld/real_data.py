@@ -79,6 +79,9 @@ class RealGames:
     def num_games(self, split: str) -> int:
         return len(self._list(split))
 
+    def families(self, split: str) -> list[str]:
+        return [family_of_path(trial) for trial in self._list(split)]
+
     def game(self, split: str, index: int) -> GameRef:
         trials = self._list(split)
         if not 0 <= index < len(trials):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from envs.webshop.catalog import CATALOG_FILES
 
 REWARD_MODES = ("binary", "graded")
 SEARCH_BACKENDS = ("bm25s", "pyserini")
+#: A real WebShop's ``num_products`` -> its search index folder under ``search_engine/``.
+INDEX_DIRS = {None: "indexes", 100: "indexes_100", 1000: "indexes_1k", 100000: "indexes_100k"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,39 @@ class WebShopConfig:
             raise ValueError("webshop search_backend='pyserini' needs pyserini_index (a folder path)")
         if self.max_steps < 1:
             raise ValueError(f"webshop max_steps={self.max_steps}: must be >= 1")
+        # Paths are checked here, at start-up (envs.registry builds the config before any model
+        # loads), not when the first worker opens the shop.
+        if self.webshop_checkout:
+            check_checkout(Path(self.webshop_checkout).expanduser().resolve(), self.webshop_num_products)
+        elif self.catalog_dir is not None:
+            folder = Path(self.catalog_dir).expanduser()
+            missing = [name for name in CATALOG_FILES if not (folder / name).is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"webshop catalog_dir={self.catalog_dir} lacks {', '.join(missing)}; write a catalog there with "
+                    f"`python -m envs.webshop.generate --out {self.catalog_dir}`, or leave catalog_dir unset")
+
+
+def check_checkout(checkout: Path, num_products: int | None) -> Path:
+    """The products file to load; a clear error naming whatever is missing."""
+    if not (checkout / "web_agent_site").is_dir():
+        raise FileNotFoundError(
+            f"webshop_checkout={checkout}: no web_agent_site/ package there; point it at a "
+            "WebShop git checkout (git clone https://github.com/princeton-nlp/WebShop)"
+        )
+    if num_products not in INDEX_DIRS:
+        raise ValueError(f"webshop_num_products={num_products}: WebShop supports {sorted(INDEX_DIRS, key=str)}")
+    data = checkout / "data"
+    suffix = "_1000" if num_products == 1000 else ""
+    needed = [data / f"items_shuffle{suffix}.json", data / f"items_ins_v2{suffix}.json",
+              data / "items_human_ins.json", checkout / "search_engine" / INDEX_DIRS[num_products]]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"webshop_checkout={checkout} lacks WebShop's data: {', '.join(missing)}; run the "
+            "checkout's setup.sh (it downloads the data and builds the search index)"
+        )
+    return needed[0]
 
 
 def env_reward(score: float, reward_mode: str) -> float:

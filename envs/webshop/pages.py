@@ -14,7 +14,6 @@ though the action list offers it only where the search bar shows.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 from envs.webshop.catalog import Catalog, Goal, Product
@@ -26,7 +25,6 @@ NEXT_PAGE = "Next >"
 PREV_PAGE = "< Prev"
 BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
-_ACTION = re.compile(r"(.+)\[(.+)\]")
 #: Cached result lists per process; cleared when full (training issues many distinct queries).
 _CACHE_SIZE = 4096
 
@@ -141,9 +139,19 @@ def admissible(state: State, table: dict[str, Element]) -> list[str]:
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    """WebShop's parser: the pattern ``(.+)\\[(.+)\\]`` matched at the start, else no argument."""
-    match = _ACTION.match(action)
-    return (action, None) if match is None else (match.group(1), match.group(2))
+    """WebShop's parser: what ``re.match(r"(.+)\\[(.+)\\]", action)`` returns, else no argument.
+
+    Computed in linear time: the regex backtracks quadratically (a 100k-character action of
+    brackets took ~30 s), and an action is model text. ``.`` stops at a newline, so the match
+    lies in the first line; both groups are greedy, so the argument ends at the line's last
+    ``]`` and starts after the last ``[`` that leaves it non-empty and the name non-empty.
+    """
+    line = action.split("\n", 1)[0]
+    close = line.rfind("]")
+    open_ = line.rfind("[", 1, close - 1) if close >= 3 else -1
+    if open_ < 1:
+        return action, None
+    return line[:open_], line[open_ + 1 : close]
 
 
 def apply_action(shop: Shop, goal: Goal, state: State, action: str) -> Outcome:

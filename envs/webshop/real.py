@@ -13,37 +13,14 @@ click led to the same page); admissible actions formatted as verl-agent does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from pathlib import Path
 
 from envs.base import Reset, TextEnv, Transition
-from envs.webshop.config import WebShopConfig, env_reward
+from envs.webshop.config import WebShopConfig, check_checkout, env_reward
 from envs.webshop.env import goal_index
-
-_INDEX_DIRS = {None: "indexes", 100: "indexes_100", 1000: "indexes_1k", 100000: "indexes_100k"}
-
-
-def check_checkout(checkout: Path, num_products: int | None) -> Path:
-    """The products file to load; a clear error naming whatever is missing."""
-    if not (checkout / "web_agent_site").is_dir():
-        raise FileNotFoundError(
-            f"webshop_checkout={checkout}: no web_agent_site/ package there; point it at a "
-            "WebShop git checkout (git clone https://github.com/princeton-nlp/WebShop)"
-        )
-    if num_products not in _INDEX_DIRS:
-        raise ValueError(f"webshop_num_products={num_products}: WebShop supports {sorted(_INDEX_DIRS, key=str)}")
-    data = checkout / "data"
-    suffix = "_1000" if num_products == 1000 else ""
-    needed = [data / f"items_shuffle{suffix}.json", data / f"items_ins_v2{suffix}.json",
-              data / "items_human_ins.json", checkout / "search_engine" / _INDEX_DIRS[num_products]]
-    missing = [str(p) for p in needed if not p.exists()]
-    if missing:
-        raise FileNotFoundError(
-            f"webshop_checkout={checkout} lacks WebShop's data: {', '.join(missing)}; run the "
-            "checkout's setup.sh (it downloads the data and builds the search index)"
-        )
-    return needed[0]
 
 
 class RealWebShopEnv(TextEnv):
@@ -99,3 +76,9 @@ class RealWebShopEnv(TextEnv):
         reward = env_reward(float(score), self.config.reward_mode) if done else 0.0
         admissible = [] if self._done else self._admissible()
         return Transition(obs, admissible, reward, self._done, won, after == before, info)
+
+
+@functools.lru_cache(maxsize=4)
+def real_goal_count(config: WebShopConfig) -> int:
+    """How many goals the checkout's WebShop defines (its env is built once in this process)."""
+    return len(RealWebShopEnv(config)._env.server.goals)

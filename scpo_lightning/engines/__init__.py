@@ -1,4 +1,4 @@
-"""Generation engines for rollouts: HF ``generate`` (CPU and GPU); vLLM arrives with the GPU path."""
+"""Generation engines for rollouts: HF ``generate`` (CPU and GPU) and vLLM (``engines.vllm``); ``engines.factory`` builds them."""
 
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
 

@@ -44,3 +44,21 @@ class RolloutEngine(abc.ABC):
 
     def sync_weights(self) -> None:  # noqa: B027 - engines sharing the module's weights need nothing
         """Make the next ``generate`` use the training policy's current weights."""
+
+    def release_memory(self) -> None:  # noqa: B027 - engines without memory of their own have none to free
+        """Between rollouts and the update: free what the engine holds until the next ``sync_weights``."""
+
+
+def check_generate_args(prompts: Sequence[Sequence[int]], params: SamplingParams,
+                        allowed: Sequence[Sequence[str]] | None) -> None:
+    """The argument checks every engine's ``generate`` starts with."""
+    if params.temperature < 0:
+        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+    if params.max_new_tokens < 1:
+        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token; got an empty prompt")
+    if allowed is not None and len(allowed) != len(prompts):
+        raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts; give one list per prompt")

@@ -44,6 +44,7 @@ SmolLM2-135M on CPU); results comparable to the paper use free mode.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -55,8 +56,14 @@ from transformers import (
     TemperatureLogitsWarper,
     TopPLogitsWarper,
 )
+from transformers.generation.utils import GenerationMixin
 
-from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
+# transformers 5 (the vLLM environment, .venv-vllm) dropped the `use_model_defaults` argument.
+_NO_MODEL_DEFAULTS = (
+    {"use_model_defaults": False} if "use_model_defaults" in inspect.signature(GenerationMixin.generate).parameters else {}
+)
+
+from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams, check_generate_args
 from scpo_lightning.engines.constrained import TokenTrie, TrieLogitsProcessor, candidate_token_ids
 
 
@@ -120,11 +127,7 @@ class HFEngine(RolloutEngine):
         params: SamplingParams,
         allowed: Sequence[Sequence[str]] | None = None,
     ) -> list[Generation]:
-        _check_params(params)
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token; got an empty prompt")
-        if allowed is not None and len(allowed) != len(prompts):
-            raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts; give one list per prompt")
+        check_generate_args(prompts, params, allowed)
         seed = params.seed
         if seed is None:
             seed = int(torch.randint(2**62, (1,), generator=self._generator))
@@ -200,7 +203,10 @@ class HFEngine(RolloutEngine):
             attention_mask=attention_mask.to(device),
             generation_config=config,
             logits_processor=processors,
-            use_model_defaults=False,
+            # Each rank generates for its own envs, so ranks never step in lock-step; HF would
+            # otherwise sync every token of an FSDP2 model (whose weights the module has gathered).
+            synced_gpus=False,
+            **_NO_MODEL_DEFAULTS,
         )
         return [self._to_generation(row) for row in out[:, width:].tolist()]
 
@@ -211,15 +217,6 @@ class HFEngine(RolloutEngine):
         token_ids = new_tokens if end is None else new_tokens[: end + 1]
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         return Generation(token_ids=token_ids, text=text, finished=end is not None)
-
-
-def _check_params(params: SamplingParams) -> None:
-    if params.temperature < 0:
-        raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {params.temperature}")
-    if not 0 < params.top_p <= 1:
-        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
-    if params.max_new_tokens < 1:
-        raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {params.max_new_tokens}")
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:

@@ -7,15 +7,20 @@ and reference x reference (M*) pairs recur across the n-1 failed siblings. `Cach
 call, and copies each score to every occurrence. The result is bit-identical to scoring every pair
 naively whenever the inner scorer gives a pair the same score regardless of which other pairs
 share its call (true of `lexical`; neural scorers differ only by float noise from padding/batching).
+
+`submit` scores in one daemon thread, in submission order. Not a ThreadPoolExecutor: Python joins
+an executor's threads at interpreter exit, so one hung model call would keep a finished training
+process alive forever; a caller that gives up on a call (a timeout) cancels it if it has not started.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +64,8 @@ class CachedScorer:
         self.cache_entries = cache_entries
         self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._lock = threading.Lock()  # one scoring call at a time: one model, one cache
-        self._executor: ThreadPoolExecutor | None = None
+        self._jobs: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
         self.last_stats: ScoreStats | None = None
 
     def __len__(self) -> int:
@@ -95,6 +101,9 @@ class CachedScorer:
                         f"{type(self.scorer).__name__}.score returned shape {fresh.shape} "
                         f"for {len(missing)} pairs"
                     )
+                bad = int(np.count_nonzero(~np.isfinite(fresh)))
+                if bad:  # a NaN would silently give no credit, and stay in the cache
+                    raise ValueError(f"{type(self.scorer).__name__}.score returned {bad} non-finite scores")
                 values[missing] = fresh
                 self._remember(distinct, missing, fresh)
             scores = values[[slot[(p[0], p[1])] for p in pairs]] if pairs else values
@@ -116,19 +125,36 @@ class CachedScorer:
     def submit(self, pairs: Sequence[tuple[str, str]]) -> Future[ScoredBatch]:
         """Start scoring ``pairs`` in the worker thread; ``.result()`` waits only if unfinished.
 
-        The pairs are copied first, so the caller may reuse its list right away.
+        The pairs are copied first, so the caller may reuse its list right away. The future holds
+        the scorer's exception if it raised.
         """
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="step-scorer")
-        return self._executor.submit(self.score_batch, [(p[0], p[1]) for p in pairs])
+        if self._thread is None:
+            self._jobs = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._serve, args=(self._jobs,), name="step-scorer", daemon=True)
+            self._thread.start()
+        future: Future[ScoredBatch] = Future()
+        self._jobs.put((future, [(p[0], p[1]) for p in pairs]))
+        return future
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while (job := jobs.get()) is not None:
+            future, pairs = job
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            try:
+                future.set_result(self.score_batch(pairs))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
 
     def clear(self) -> None:
         """Forget every cached score (e.g. after swapping the inner model)."""
         with self._lock:
             self._cache.clear()
 
-    def close(self) -> None:
-        """Finish pending work and stop the worker thread."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+    def close(self, timeout: float | None = None) -> None:
+        """Finish pending work and stop the worker thread, waiting at most ``timeout`` seconds
+        (a hung call is left behind in its daemon thread)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout)
+            self._thread = self._jobs = None

@@ -1,0 +1,158 @@
+"""Cross-rank arithmetic for the data-parallel layout: tiny collectives, no-ops on one process.
+
+Every rank collects and shapes its own groups, so the credit math never talks to other ranks.
+What does cross ranks is bookkeeping: agreeing on how many forward/backward passes each rank
+runs (FSDP's collectives pair up pass by pass, so every rank must run the same number), the loss
+weights that make a sharded update equal the single-process one, and the logged metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def finish() -> None:
+    """Let all ranks end together and close the process group (no-op on one process).
+
+    Without it, a rank that reaches the end of the program while another still works (rank 0
+    exporting the policy, say) aborts in gloo's teardown ("terminate called without an active
+    exception"), and torchrun then reports the whole run as failed.
+    """
+    if is_distributed():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_reduce(values: Sequence[float], op: str, device: torch.device | str = "cpu") -> list[float]:
+    """Element-wise ``sum`` or ``max`` of ``values`` over ranks (float64; NCCL needs a CUDA ``device``)."""
+    if not is_distributed():
+        return [float(v) for v in values]
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=ops[op])
+    return t.tolist()
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """``obj`` of every rank, in rank order (pickled; for small per-iteration summaries)."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def shard_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
+    """[start, stop) of part ``index`` when ``n`` items are cut into ``parts`` contiguous parts
+    whose sizes differ by at most one (the first ``n % parts`` parts get the extra item)."""
+    base, extra = divmod(n, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def update_plan(n: int, mini_batch_rows: int, micro_batch_rows: int,
+                device: torch.device | str = "cpu") -> list[tuple[list[list[int] | None], float]]:
+    """The PPO epoch as all ranks agree on it (collective): per optimizer step, this rank's
+    micro-batches of row indices (None = an idle pass) and the number of real micro-batches over
+    all ranks.
+
+    ``mini_batch_rows`` counts rows over all ranks: N rows in total make ceil(N / mini_batch_rows)
+    optimizer steps, and each rank cuts its n rows into that many contiguous, near-equal chunks,
+    so every step mixes all ranks' rows (on one device: near-equal mini-batches). Every rank gets
+    as many micro-batches per step as the rank with the most, padded with idle passes. A step
+    that no rank has a row for (only with fewer rows per rank than steps) is not taken.
+    """
+    (total,) = all_reduce([n], "sum", device)
+    steps = math.ceil(total / mini_batch_rows)
+    if steps == 0:
+        return []
+    chunks = [range(*shard_bounds(n, steps, k)) for k in range(steps)]
+    micros = [[list(c[j : j + micro_batch_rows]) for j in range(0, len(c), micro_batch_rows)] for c in chunks]
+    agreed = all_reduce([len(m) for m in micros], "max", device)
+    real = all_reduce([len(m) for m in micros], "sum", device)
+    return [(m + [None] * (int(a) - len(m)), r) for m, a, r in zip(micros, agreed, real) if r > 0]
+
+
+#: How each per-rank iteration scalar combines over ranks, by key prefix (first match wins).
+#: Counts add up; time is the slowest rank's (the iteration waits for it); ratios average.
+_REDUCE_RULES = (
+    ("env_failures/", "sum"), ("val/env_failures/", "sum"),
+    ("time/", "max"),
+    ("scpo/scorer_s", "max"), ("scpo/plan_s", "max"), ("scpo/wait_s", "max"),
+    ("scpo/groups", "sum"), ("scpo/failed_trajectories", "sum"), ("scpo/pairs_", "sum"),
+    ("scpo/cache_hits", "sum"), ("scpo/scorer_failures", "sum"),
+)
+
+
+def reduce_rule(key: str) -> str:
+    """``sum``, ``max`` or ``mean`` for a logged per-rank scalar (``scpo/groups_with_reference``
+    matches ``scpo/groups``: both are counts)."""
+    return next((op for prefix, op in _REDUCE_RULES if key.startswith(prefix)), "mean")
+
+
+def reduce_scalars(local: dict[str, float]) -> dict[str, float]:
+    """Combine per-rank scalars with ``reduce_rule``; keys missing on a rank count as absent there.
+
+    Collective: every rank calls it at the same point. Keys may differ between ranks (a rank whose
+    scorer failed has fewer ``scpo/`` keys), so the dicts are gathered rather than all-reduced.
+    """
+    if not is_distributed():
+        return dict(local)
+    per_rank = gather_objects(dict(local))
+    keys = sorted({k for d in per_rank for k in d})
+    out = {}
+    for key in keys:
+        values = [float(d[key]) for d in per_rank if key in d]
+        op = reduce_rule(key)
+        out[key] = sum(values) if op == "sum" else max(values) if op == "max" else sum(values) / len(values)
+    return out
+
+
+def rollout_metrics(trajectories: Sequence[dict[str, Any]], valid: Sequence[bool]) -> dict[str, float]:
+    """Success, length, valid-action ratio, per-family success and score over the trajectories
+    and rows of *all* ranks (each rank passes its own; collective)."""
+    summary = ([(bool(t["won"]), float(t["length"]), str(t["family"]), t.get("score")) for t in trajectories],
+               int(sum(bool(v) for v in valid)), len(valid))
+    trajs: list[tuple[bool, float, str, Any]] = []
+    valid_rows = rows = 0
+    for part, v, n in gather_objects(summary):
+        trajs.extend(part)
+        valid_rows += v
+        rows += n
+    out = {
+        "success": sum(t[0] for t in trajs) / len(trajs) if trajs else 0.0,
+        "episode_length": sum(t[1] for t in trajs) / len(trajs) if trajs else 0.0,
+        "valid_action_ratio": valid_rows / rows if rows else 0.0,
+    }
+    for family in sorted({t[2] for t in trajs}):
+        won = [t[0] for t in trajs if t[2] == family]
+        out[f"success/{family}"] = sum(won) / len(won)
+    if any(t[3] is not None for t in trajs):
+        # An episode that never bought anything scores 0, as in WebShop's own evaluation.
+        out["score"] = 100.0 * sum(float(t[3] or 0.0) for t in trajs) / len(trajs)
+    return out
+
+
+def batch_metrics(batch: Any) -> dict[str, float]:
+    """A rollout batch's ``rollout/``, ``scpo/``, ``time/`` and ``env_failures/`` scalars; with
+    several ranks they cover all ranks' batches (collective: every rank calls it)."""
+    local = {f"scpo/{k}": v for k, v in batch.scpo_stats.items()}
+    local.update({f"time/{k}": v for k, v in batch.timings.items()})
+    local.update({f"env_failures/{k}": v for k, v in batch.env_failures.items()})
+    if not is_distributed():
+        return {f"rollout/{k}": v for k, v in batch.episode_metrics().items()} | local
+    rollout = rollout_metrics(batch.trajectories, batch.is_action_valid)
+    return {f"rollout/{k}": v for k, v in rollout.items()} | reduce_scalars(local)

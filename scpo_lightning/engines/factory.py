@@ -1,0 +1,43 @@
+"""Build the rollout engine named in the config (``model.engine``) around the training policy."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from scpo_lightning.engines.base import RolloutEngine
+
+ENGINES = ("hf", "vllm")
+
+
+def _engine_class(name: str) -> type[RolloutEngine]:
+    # Imported on demand: the vLLM engine module is cheap, but vLLM itself is optional.
+    if name == "hf":
+        from scpo_lightning.engines.hf import HFEngine
+
+        return HFEngine
+    if name == "vllm":
+        from scpo_lightning.engines.vllm import VLLMEngine
+
+        return VLLMEngine
+    raise ValueError(f"model.engine must be one of {ENGINES}; got {name!r}")
+
+
+def make_engine(
+    name: str, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, **options: Any
+) -> RolloutEngine:
+    """``name`` is "hf" (HF ``generate`` on the policy itself) or "vllm" (``engines.vllm``).
+
+    ``options`` are the engine's keyword arguments (``model.engine_options`` in the config);
+    an unknown one is an error that lists the accepted ones.
+    """
+    cls = _engine_class(name)
+    own = ("self", "model", "policy", "tokenizer")  # given by the module, not by the config
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in own]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"model.engine_options: {unknown} not accepted by the {name} engine; accepted: {accepted}")
+    return cls(policy, tokenizer, **options)
