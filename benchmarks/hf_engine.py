@@ -10,15 +10,13 @@ weights as they are and under bf16 autocast (``HFEngine(autocast_dtype="bfloat16
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.common import RESULTS, load_average, machine, write_result
 from scpo_lightning.engines.base import SamplingParams
 from scpo_lightning.engines.hf import HFEngine
 from scpo_lightning.policy import SMOLLM2_GGUF, load_policy, resolve_model_dir
@@ -68,8 +66,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=600, help="approximate prompt length in tokens")
     parser.add_argument("--out", type=Path, help="JSON result file (default: results/hf_engine_threads<N>.json)")
     args = parser.parse_args()
-    args.out = args.out or Path(f"benchmarks/results/hf_engine_threads{args.threads}.json")
+    args.out = args.out or RESULTS / f"hf_engine_threads{args.threads}.json"
     torch.set_num_threads(args.threads)
+    started = machine()
 
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
@@ -91,18 +90,16 @@ def main() -> None:
     result = {
         "model": SMOLLM2_GGUF,
         "threads": args.threads,
-        "cpu": platform.processor() or platform.machine(),
-        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
         "convert_s": round(convert_s, 1),
         "load_from_cache_s": round(load_s, 2),
         "batch": args.prompts,
         "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts)),
         "admissible_actions_per_prompt": len(allowed[0]),
         **timings,
+        "machine": started,
+        "load_average_at_end": load_average(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out.stem, result, args.out)
 
 
 if __name__ == "__main__":

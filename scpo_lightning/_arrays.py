@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,20 +27,27 @@ def like_input(values: np.ndarray, template: Any) -> Any:
     return values
 
 
-def factorize(keys: Sequence[Any] | np.ndarray, name: str) -> tuple[np.ndarray, int]:
+def factorize(keys: Iterable[Any], name: str) -> tuple[np.ndarray, int]:
     """Integer codes 0..k-1 for hashable keys, in order of first appearance, and k.
 
     Keys compare exactly (strings are case- and whitespace-sensitive), as the GiGPO anchor
-    grouping requires (SPEC §2.5).
+    grouping requires (SPEC §2.5). Integer arrays are factorised by sorting; anything else
+    through a dict (C-level ``dict.fromkeys`` and ``map``: no Python code per row).
     """
     if isinstance(keys, torch.Tensor):
-        keys = keys.detach().cpu().tolist()
-    codes_of: dict[Any, int] = {}
+        keys = keys.detach().cpu().numpy()
+    if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iub":
+        distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        code_of = np.empty(len(distinct), dtype=np.int64)
+        code_of[np.argsort(first)] = np.arange(len(distinct))  # sorted order -> first appearance
+        return code_of[inverse.reshape(-1)], len(distinct)
+    if not isinstance(keys, (np.ndarray, Sequence)):
+        keys = list(keys)  # an iterator (e.g. a zip of ids and anchors) is read twice below
     try:
-        codes = np.fromiter((codes_of.setdefault(k, len(codes_of)) for k in keys), dtype=np.int64)
+        code_of = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     except TypeError as exc:
         raise TypeError(f"`{name}` entries must be hashable (ids or strings): {exc}") from None
-    return codes, len(codes_of)
+    return np.fromiter(map(code_of.__getitem__, keys), dtype=np.int64), len(code_of)
 
 
 def check_lengths(**arrays: Any) -> int:

@@ -19,30 +19,16 @@ from scpo_lightning._arrays import to_numpy
 ORDERS = ("balanced", "chronological", "random")
 
 
-class _Part:
-    """One partition under construction: its token sum, row count and rows.
-
-    ``rows`` is a binary tree of nested pairs with row indices at the leaves: a merge links two
-    trees in O(1) instead of copying rows, so a whole KK run costs O(N log N)."""
-
-    __slots__ = ("count", "first", "rows", "total")
-
-    def __init__(self, total: int, count: int, first: int, rows: Any):
-        self.total, self.count, self.first, self.rows = total, count, first, rows
-
-    def flatten(self) -> list[int]:
-        out, stack = [], [self.rows]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, tuple):
-                stack.extend(node)
-            else:
-                out.append(node)
-        return out
-
-    def key(self) -> tuple[int, int, int]:
-        # Ties on the sum go to the fuller partition, then to the lower first row: deterministic.
-        return (self.total, self.count, -self.first)
+def _flatten(tree: Any) -> list[int]:
+    """The row indices at the leaves of a tree of nested pairs."""
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tuple):
+            stack.extend(node)
+        else:
+            out.append(node)
+    return out
 
 
 def karmarkar_karp(lengths: Any, k: int) -> list[list[int]]:
@@ -66,27 +52,30 @@ def karmarkar_karp(lengths: Any, k: int) -> list[list[int]]:
     # Sort by (length, index); placeholders (index >= n, length 0) sort first.
     all_lens = np.concatenate([lens, np.zeros(padded - n, dtype=np.int64)])
     by_len = np.lexsort((np.arange(padded), all_lens)).tolist()
+    len_of = all_lens.tolist()
     tie = itertools.count()
     heap: list[tuple[Any, ...]] = []
 
-    def push(parts: list[_Part]) -> None:
-        parts.sort(key=_Part.key, reverse=True)
-        spread = parts[0].total - parts[-1].total
+    # A partition under construction is a tuple (token sum, row count, -first row, rows), so that
+    # plain tuple order sorts it: ties on the sum go to the fuller partition, then to the lower
+    # first row (deterministic; first rows are distinct, so ``rows`` is never compared). ``rows``
+    # is a tree of nested pairs with row indices at the leaves: a merge links two trees in O(1)
+    # instead of copying rows, so a whole run costs O(N log N).
+    def push(parts: list[tuple[int, int, int, Any]]) -> None:
+        parts.sort(reverse=True)
+        spread = parts[0][0] - parts[-1][0]
         # heapq is a min-heap: negate so the largest spread (then largest top sum) pops first.
-        heapq.heappush(heap, (-spread, -parts[0].total, next(tie), parts))
+        heapq.heappush(heap, (-spread, -parts[0][0], next(tie), parts))
 
     for start in range(0, padded, k):
-        push([_Part(int(all_lens[i]), 1, i, i) for i in by_len[start : start + k]])
+        push([(len_of[i], 1, -i, i) for i in by_len[start : start + k]])
     while len(heap) > 1:
         a = heapq.heappop(heap)[3]
         b = heapq.heappop(heap)[3]
-        merged = [
-            _Part(x.total + y.total, x.count + y.count, min(x.first, y.first), (x.rows, y.rows))
-            for x, y in zip(a, reversed(b))
-        ]
-        push(merged)
+        # Largest of one with smallest of the other; -min(first) = max(-first).
+        push([(x[0] + y[0], x[1] + y[1], max(x[2], y[2]), (x[3], y[3])) for x, y in zip(a, reversed(b))])
     parts = heap[0][3] if heap else []
-    return [sorted(i for i in p.flatten() if i < n) for p in parts]
+    return [sorted(i for i in _flatten(p[3]) if i < n) for p in parts]
 
 
 def processing_order(

@@ -71,10 +71,7 @@ def credit_path(
 
     The positions draw the monotone path of the credit heatmap (SPEC §3.10).
     """
-    if not 0.0 < theta <= 1.0:
-        raise ValueError(f"`theta` must be in (0, 1]; got {theta}")
-    if not 0.0 <= lam < 1.0:
-        raise ValueError(f"`lam` must be in [0, 1); got {lam}")
+    check_thresholds(theta, lam)
     M = _check_matrix("sim", sim)
     m, ell = M.shape
     M_star = _check_matrix("ref_sim", ref_sim, (m, m))
@@ -84,11 +81,32 @@ def credit_path(
         order = [int(v) for v in order]
         if sorted(order) != list(range(ell)):
             raise ValueError(f"`order` must be a permutation of range({ell}); got {order}")
-    r, position = [0.0] * ell, [-1] * ell
     if m == 0 or ell == 0:
-        return np.asarray(r), np.asarray(position, dtype=np.int64)
-    pi = semantic_prefix_table(M_star, theta).tolist()
-    rows = M.tolist()
+        return np.zeros(ell), np.full(ell, -1, dtype=np.int64)
+    return match(M, semantic_prefix_table(M_star, theta), theta, lam, order, monotonic)
+
+
+def check_thresholds(theta: float, lam: float) -> None:
+    if not 0.0 < theta <= 1.0:
+        raise ValueError(f"`theta` must be in (0, 1]; got {theta}")
+    if not 0.0 <= lam < 1.0:
+        raise ValueError(f"`lam` must be in [0, 1); got {lam}")
+
+
+def match(
+    sim: np.ndarray, pi: np.ndarray, theta: float, lam: float, order: Sequence[int], monotonic: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """The matcher of ``credit_path`` on checked inputs: a non-empty m×ℓ ``sim`` with scores in
+    [0, 1], ``pi = semantic_prefix_table(ref_sim, theta)`` and a permutation ``order`` of range(ℓ).
+
+    The batch shaper calls it directly so that a reference's table is built once for all its
+    failed siblings.
+    """
+    ell = sim.shape[1]
+    r, position = [0.0] * ell, [-1] * ell
+    pi = pi.tolist()
+    rows = sim.tolist()
+    m = len(rows)
     j, j_max = -1, -1
     for v in order:
         while j >= 0 and rows[j + 1][v] < theta:

@@ -17,7 +17,7 @@ import numpy as np
 from scpo_lightning._arrays import check_lengths, factorize, to_numpy
 from scpo_lightning.ordering import ORDERS, processing_order
 from scpo_lightning.scorers.base import StepScorer
-from scpo_lightning.scpo import monotonic_credit
+from scpo_lightning.scpo import check_thresholds, match, semantic_prefix_table
 
 REFERENCES = ("longest", "shortest", "random")
 
@@ -74,7 +74,7 @@ class SiblingBlock:
     rows: np.ndarray  # batch row indices of the failed sibling's filtered steps, chronological (ℓ)
     order: np.ndarray  # processing order: a permutation of range(ℓ)
     sim_pairs: np.ndarray  # m×ℓ indices into ShapingPlan.pairs
-    ref_pairs: np.ndarray  # m×m indices into ShapingPlan.pairs
+    ref_pairs: np.ndarray  # m×m indices into ShapingPlan.pairs (one array shared by the group's blocks)
 
 
 @dataclass
@@ -171,7 +171,8 @@ def plan_shaping(
     for traj in range(n_traj):  # trajectory codes follow first appearance: "the first" is stable
         members_of.setdefault(int(traj_group[traj]), []).append(traj)
 
-    keys, blocks_raw, failed_rows, requested, with_ref, n_failed = [], [], [], 0, 0, 0
+    keys, blocks_raw, requested, with_ref, n_failed = [], [], 0, 0, 0
+    failed = np.zeros(n_traj, dtype=bool)  # failed siblings in groups with a reference
     for group, members in members_of.items():
         winners = [i for i in members if success[i]]
         if not winners:
@@ -182,7 +183,7 @@ def plan_shaping(
         ref_tid = text_id[ref_rows]
         losers = [i for i in members if not success[i]]
         n_failed += len(losers)
-        failed_rows.extend(np.flatnonzero(np.isin(t_codes, losers)).tolist())
+        failed[losers] = True
         if not losers or len(ref_rows) == 0:
             continue
         keys.append((ref_tid[:, None] * n_texts + ref_tid[None, :]).ravel())
@@ -196,18 +197,19 @@ def plan_shaping(
             blocks_raw.append((group, ref_rows, rows, order, len(keys) - 1, ref_key))
 
     flat = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-    distinct, inverse = np.unique(flat, return_inverse=True)
+    distinct, inverse = _distinct(flat, n_texts * n_texts)
     offsets = np.concatenate([[0], np.cumsum([k.size for k in keys])]).astype(np.int64)
 
     def block_pairs(key: int, shape: tuple[int, int]) -> np.ndarray:
         return inverse[offsets[key] : offsets[key + 1]].reshape(shape)
 
+    ref_pairs = {ref_key: block_pairs(ref_key, (len(ref_rows), len(ref_rows)))
+                 for _, ref_rows, _, _, _, ref_key in blocks_raw}
     blocks = [
         SiblingBlock(
             group=group_ids[int(first_row[group])],
             ref_rows=ref_rows, rows=rows, order=order,
-            sim_pairs=block_pairs(key, (len(ref_rows), len(rows))),
-            ref_pairs=block_pairs(ref_key, (len(ref_rows), len(ref_rows))),
+            sim_pairs=block_pairs(key, (len(ref_rows), len(rows))), ref_pairs=ref_pairs[ref_key],
         )
         for group, ref_rows, rows, order, key, ref_key in blocks_raw
     ]
@@ -219,7 +221,23 @@ def plan_shaping(
         "pairs_requested": float(requested),
         "pairs_distinct": float(len(pairs)),
     }
-    return ShapingPlan(n, pairs, blocks, requested, np.asarray(failed_rows, dtype=np.int64), stats)
+    return ShapingPlan(n, pairs, blocks, requested, np.flatnonzero(failed[t_codes]), stats)
+
+
+def _distinct(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, index of each key in them): ``np.unique(keys, return_inverse=True)``.
+
+    Keys lie in [0, space). A batch requests far more pairs than it has distinct texts squared,
+    so below a few million a lookup table does in O(keys + space) what sorting does in
+    O(keys log keys).
+    """
+    if space > max(1 << 22, 4 * keys.size):
+        return np.unique(keys, return_inverse=True)
+    seen = np.zeros(space, dtype=bool)
+    seen[keys] = True
+    distinct = np.flatnonzero(seen)
+    index = np.cumsum(seen) - 1  # key -> its position among the distinct keys
+    return distinct, index[keys]
 
 
 def apply_plan(plan: ShapingPlan, scores: Any, config: SCPOConfig) -> tuple[np.ndarray, dict[str, float]]:
@@ -231,10 +249,19 @@ def apply_plan(plan: ShapingPlan, scores: Any, config: SCPOConfig) -> tuple[np.n
     s = np.asarray(scores, dtype=np.float64)
     if s.shape != (len(plan.pairs),):
         raise ValueError(f"scorer returned {s.shape} scores for {len(plan.pairs)} pairs")
+    if not (np.all(s >= 0.0) and np.all(s <= 1.0)):  # also catches NaN
+        raise ValueError("scorer scores must lie in [0, 1] (normalised scorer output)")
+    check_thresholds(config.theta, config.lam)
     credit = np.zeros(plan.n_rows)
     credited = 0
+    tables: dict[int, np.ndarray] = {}  # the reference's prefix table, built once per group
     for b in plan.blocks:
-        r = monotonic_credit(s[b.sim_pairs], s[b.ref_pairs], config.theta, config.lam, b.order, config.monotonic)
+        if b.sim_pairs.size == 0:
+            continue  # a sibling with no kept steps, or a reference without any: no credit
+        pi = tables.get(id(b.ref_pairs))
+        if pi is None:
+            pi = tables[id(b.ref_pairs)] = semantic_prefix_table(s[b.ref_pairs], config.theta)
+        r, _ = match(s[b.sim_pairs], pi, config.theta, config.lam, b.order.tolist(), config.monotonic)
         credit[b.rows] = r
         credited += int(np.count_nonzero(r))
     stats = dict(plan.stats)

@@ -1,22 +1,21 @@
-"""Measure the ALFWorld env: generation games/s, engine reset/step time, pool steps/s with 1 vs 2
-workers, and a uniformly random admissible policy's success per family (the floor to beat).
+"""Measure the ALFWorld env: generation games/s, engine reset/step time, and a uniformly random
+admissible policy's success per family (the floor to beat). Pool throughput with 1, 2 and 4
+workers is ``benchmarks.env_throughput``.
 
-    python scripts/alfworld_benchmark.py --sizes small alfred --games-per-family 20
+    python -m benchmarks.alfworld_env [--sizes tiny small alfred] [--games-per-family 20]
 
 The random policy draws uniformly from the admissible commands minus "help" (the prompt drops
 it, SPEC §6) for up to ``--max-steps`` steps; the "weak" one also never picks look / inventory /
-examine / close (a stand-in for a barely trained LLM). Results print as tables and, with ``--json``,
-are written to a file.
+examine / close (a stand-in for a barely trained LLM). Results print as tables and are written to
+``benchmarks/results/alfworld_env.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -27,11 +26,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from envs.alfworld import FAMILIES, AlfworldConfig, AlfworldEnv  # noqa: E402
-from envs.alfworld.games import GeneratedGames  # noqa: E402
-from envs.workers import EnvPool  # noqa: E402
+from benchmarks.common import RESULTS, load_average, machine, write_result
+from envs.alfworld import FAMILIES, AlfworldConfig, AlfworldEnv
+from envs.alfworld.games import GeneratedGames
 
 
 #: Commands that never change the world; the "weak" policy (a stand-in for an untrained LLM that
@@ -76,24 +73,6 @@ def bench_engine(config: AlfworldConfig, n_games: int, steps: int) -> dict:
             "step_s": statistics.mean(step_s)}
 
 
-def bench_pool(config: AlfworldConfig, workers: int, groups: int, group_size: int, steps: int) -> float:
-    rng = random.Random(0)
-    with EnvPool(partial(AlfworldEnv, config), num_envs=groups * group_size, num_workers=workers) as pool:
-        out = pool.reset([("train", g) for g in range(groups)], group_size).results
-        admissible = [r.admissible for r in out]
-        active = [True] * len(out)
-        count, began = 0, time.perf_counter()
-        for _ in range(steps):
-            actions = [random_action(a, rng) if on else None for a, on in zip(admissible, active)]
-            for s, tr in enumerate(pool.step(actions).results):
-                if tr is not None:
-                    count += 1
-                    admissible[s], active[s] = tr.admissible, not tr.done
-            if not any(active):
-                break
-        return count / (time.perf_counter() - began)
-
-
 def _episode(config: AlfworldConfig, weak: bool, job: tuple[int, int]) -> tuple[str, bool, int]:
     index, seed = job
     env, rng = AlfworldEnv(config), random.Random(seed)
@@ -124,22 +103,19 @@ def bench_random_policy(config: AlfworldConfig, per_family: int, processes: int,
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", default=["small", "alfred"], help="room sizes to measure")
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "small"],
+                        help="room sizes to measure (the quickstart uses tiny; alfred, the full rooms, takes ~10 min more)")
     parser.add_argument("--games-per-family", type=int, default=20, help="random-policy games per family")
     parser.add_argument("--max-steps", type=int, default=50, help="episode limit for the random policy")
     parser.add_argument("--processes", type=int, default=2, help="processes for the random-policy runs")
-    parser.add_argument("--pool-groups", type=int, default=2, help="groups for the 1-vs-2 worker measurement")
-    parser.add_argument("--pool-group-size", type=int, default=4, help="group size for the worker measurement")
     parser.add_argument("--skip-policy", action="store_true", help="skip the random-policy success runs")
-    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--out", type=Path, default=RESULTS / "alfworld_env.json", help="JSON result file")
     args = parser.parse_args(argv)
-    console, results = Console(), {}
+    console, results, started = Console(), {}, machine()
     for size in args.sizes:
         config = AlfworldConfig(source="generated", cache_dir=tempfile.mkdtemp(), size=size, max_steps=args.max_steps)
         r = {"generation_games_per_s": bench_generation(size, 60)}
         r.update(bench_engine(config, n_games=6, steps=20))
-        for workers in (1, 2):
-            r[f"pool_steps_per_s_{workers}w"] = bench_pool(config, workers, args.pool_groups, args.pool_group_size, 20)
         if not args.skip_policy:
             r["random_policy"] = bench_random_policy(config, args.games_per_family, args.processes)
             r["weak_policy"] = bench_random_policy(config, args.games_per_family, args.processes, weak=True)
@@ -155,8 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
                 table.add_row(f"{policy} success@{args.max_steps} {family}",
                               f"{v['success']:.2f} (<=15 steps {v['won_within_15']:.2f}, n={v['games']})")
         console.print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    write_result("alfworld_env", {"sizes": results, "max_steps": args.max_steps, "machine": started,
+                                  "load_average_at_end": load_average()}, args.out)
     return results
 
 

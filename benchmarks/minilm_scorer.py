@@ -4,25 +4,23 @@ The batch mimics the published ALFWorld recipe: ``--groups`` groups of one refer
 and n - 1 failed siblings of l steps each, half of whose steps copy a reference step exactly.
 Reports texts/s (the bi-encoder's real unit of work), distinct pairs/s and requested pairs/s
 (m x m + (n-1) x m x l per group, what per-sibling scoring would send), and the load average,
-since other processes on the machine change the figures.
+since other processes on the machine change the figures. Written to
+``benchmarks/results/minilm_scorer.json``.
 
-    .venv/bin/python scripts/bench_minilm.py --groups 16
+    python -m benchmarks.minilm_scorer [--groups 16] [--threads 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scpo_lightning.scorers.minilm import MiniLMScorer  # noqa: E402
+from benchmarks.common import RESULTS, load_average, machine, write_result
+from scpo_lightning.scorers.minilm import MiniLMScorer
 
 RECEPTACLES = ["countertop", "drawer", "cabinet", "fridge", "sinkbasin", "microwave", "shelf", "garbagecan"]
 OBJECTS = ["apple", "mug", "potato", "knife", "bread", "spoon", "egg", "plate", "cup", "lettuce"]
@@ -49,8 +47,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="MiniLM texts per forward pass")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic texts")
+    p.add_argument("--out", type=Path, default=RESULTS / "minilm_scorer.json", help="JSON result file")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    started = machine()
 
     rng = random.Random(args.seed)
     pairs, requested = [], 0
@@ -70,11 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     scorer.score(distinct)
     seconds = time.perf_counter() - start
-    print(f"threads {args.threads}, load average {os.getloadavg()[0]:.1f}: {len(texts)} distinct texts, "
-          f"{len(distinct)} distinct pairs ({requested} requested) in {seconds:.2f} s -> "
-          f"{len(texts) / seconds:.0f} texts/s, {len(distinct) / seconds:.0f} distinct pairs/s, "
-          f"{requested / seconds:.0f} requested pairs/s")
-
+    write_result("minilm_scorer", {
+        "groups": args.groups, "group_size": args.group_size, "ref_steps": args.ref_steps,
+        "failed_steps": args.failed_steps, "batch_size": args.batch_size, "threads": args.threads,
+        "distinct_texts": len(texts), "distinct_pairs": len(distinct), "requested_pairs": requested,
+        "seconds": round(seconds, 3), "texts_per_s": round(len(texts) / seconds),
+        "distinct_pairs_per_s": round(len(distinct) / seconds), "requested_pairs_per_s": round(requested / seconds),
+        "machine": started, "load_average_at_end": load_average(),
+    }, args.out)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,180 @@
+"""Print the markdown tables of ``docs/benchmarks.md`` from ``benchmarks/results/*.json``.
+
+After rerunning benchmarks, paste the tables this prints over the "Results" section of docs/benchmarks.md:
+
+    python -m benchmarks.report
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from benchmarks.common import RESULTS
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _machine(m: dict[str, Any]) -> str:
+    return (f"{m['cores']} cores, {m['memory_gib']} GiB, torch {m['torch']} ({m['torch_threads']} threads), "
+            f"load average at start {m['load_average'][0]}")
+
+
+def shaper_cost(r: dict[str, Any]) -> str:
+    rows = []
+    for env in ("alfworld", "webshop"):
+        if "summary" not in r.get(env, {}):
+            rows.append([env, r.get(env, {}).get("missing", "not replayed"), *[""] * 9])
+            continue
+        for label, s in r[env]["summary"].items():
+            if not s.get("batches"):
+                continue
+            rows.append([env, label.replace("_", " "), s["batches"], s["pairs_requested"], s["pairs_distinct"],
+                         s["pairs_scored_ours"], f"{100 * (s['scored_share_of_requested'] or 0):.1f} %",
+                         f"{s['naive_shaper_s']:.2f}", f"{s['ours_shaper_s']:.2f}",
+                         f"{100 * s['naive_share_of_iteration']:.2f} %" if "iteration_s" in s else "n/a",
+                         f"{100 * s['ours_share_of_iteration']:.2f} %" if "iteration_s" in s else "n/a"])
+    out = _table(["env", "batches", "n", "pairs requested", "distinct", "scored (ours)", "scored / requested",
+                  "naive shaper s", "ours shaper s", "naive / iteration", "ours / iteration"], rows)
+    est = r["gpu_recipe_estimate"]
+    gpu = [[env, f"{100 * e['scored_share_of_requested']:.1f} %", e["scorer_s_per_step"],
+            f"{100 * e['share_of_step']:.2f} %", f"{100 * e['paper_share_of_step']:.1f} %"]
+           for env, e in est.items() if isinstance(e, dict)]
+    out += "\n\n" + _table(["GPU recipe estimate", "scored / requested", "scorer s per step", "share of step",
+                            "paper"], gpu)
+    for env in ("alfworld", "webshop"):
+        for name, original in r.get(env, {}).get("left_out_as_duplicate_of", {}).items():
+            out += f"\n\n{env}: `{name}` left out, the same rollouts as `{original}`."
+    return out + f"\n\nMachine: {_machine(r['machine'])}."
+
+
+def credit_math(r: dict[str, Any]) -> str:
+    rows = [["ours (vectorised)", r["math_cpu_ms_median"], r["math_ms_median"], "1", "1"]]
+    for name, b in r["baselines"].items():
+        rows.append([name.replace("_", " "), b["cpu_ms_median"], b["wall_ms_median"], f"{b['speedup_cpu']}x",
+                     f"{b['speedup_cpu_excluding_order']}x"])
+    out = _table(["implementation", "CPU ms (median)", "wall ms (median)", "ours faster by (CPU)",
+                  "same, balanced order excluded"], rows)
+    phases = _table(["our phase", "CPU ms"], [[k.replace("_", " "), v] for k, v in r["math_cpu_ms_by_phase"].items()])
+    return out + "\n\n" + phases + f"\n\nMachine: {_machine(r['machine'])}."
+
+
+def env_throughput(r: dict[str, Any]) -> str:
+    rows = [[x["env"], x["workers"] or "in-process", x["envs"], x["steps_per_s"], x["ms_per_lockstep_call"],
+             x["startup_s"], x["reset_s"]] for x in r["runs"]]
+    return _table(["env", "workers", "envs", "steps/s", "ms per lock-step call", "start-up s", "reset s"], rows) + \
+        f"\n\nMachine: {_machine(r['machine'])}."
+
+
+def collector(recordings: dict[str, dict[str, Any]], breakdown: dict[str, Any] | None) -> str:
+    """Rows (= env steps) per second of the whole collector with the quickstart policy."""
+    rows = []
+    for env, r in recordings.items():
+        success = 100 * sum(b["success"] for b in r["batches"]) / max(len(r["batches"]), 1)
+        load = r["machine_at_start"]["load_average"][0]
+        rows.append([f"{env}: benchmarks.record_batches", r["attempts"], r["batches_with_mixed_group"], f"{success:.1f} %",
+                     r["collector_rows_per_s"], f"{100 * r['generate_share_of_rollout']:.1f} %", load])
+    if breakdown:
+        its = breakdown["iterations"]
+        rollout = sum(i["rollout_s"] for i in its)
+        rows.append(["alfworld: benchmarks.iteration_breakdown (training batches)", len(its),
+                     sum(i["groups_with_reference"] > 0 for i in its),
+                     f"{100 * sum(i['success'] for i in its) / len(its):.1f} %",
+                     round(sum(i["rows"] for i in its) / rollout, 3),
+                     f"{100 * sum(i['generate_s'] for i in its) / rollout:.1f} %", breakdown["machine"]["load_average"][0]])
+    return _table(["collector run", "batches", "with a mixed group", "episode success", "rows (env steps) / s",
+                   "generation share of rollout", "load average at start"], rows)
+
+
+def iteration_breakdown(r: dict[str, Any]) -> str:
+    median = next(i for i in r["iterations"] if i["iteration"] == r["median_iteration"])
+    mean, share = r["train_iteration_mean"], r["share_of_iteration_wall"]
+    names = {"generate_s": "rollout: generation", "env_s": "rollout: env steps", "scpo_plan_s": "SCPO plan (blocking)",
+             "logprobs_s": "old + reference log-probs", "shaping_wait_s": "wait for SCPO scores (after overlap)",
+             "advantage_s": "advantages", "update_s": "PPO update", "other_s": "other (logging, heatmap, checkpoint)"}
+    rows = [[label, f"{median[k]:.2f}", f"{100 * share[k]:.1f} %", f"{mean[k]:.2f}"] for k, label in names.items()]
+    rows.append(["**iteration (wall)**", f"{median['iteration_wall_s']:.1f}", "100 %", f"{mean['iteration_wall_s']:.1f}"])
+    rows.append(["SCPO scorer, in the background", f"{median['scpo_scorer_s_background']:.2f}", "(overlapped)",
+                 f"{mean['scpo_scorer_s_background']:.2f}"])
+    for v in r["validation_runs"]:
+        rows.append([f"validation after iteration {v['after_iteration']} (apart)", f"{v['wall_s']:.1f}", "", ""])
+    header = ["phase", f"seconds (iteration {r['median_iteration']}, the median)", "share", "mean of all iterations"]
+    per_it = _table(["iteration", "rows", "success", "pairs requested / scored", "generation s", "log-probs s",
+                     "update s", "wall s"],
+                    [[i["iteration"], i["rows"], i["success"], f"{i['pairs_requested']:.0f} / {i['pairs_scored']:.0f}",
+                      i["generate_s"], i["logprobs_s"], i["update_s"], i["iteration_wall_s"]] for i in r["iterations"]])
+    return _table(header, rows) + "\n\n" + per_it + f"\n\nMachine: {_machine(r['machine'])}."
+
+
+def _flat(r: dict[str, Any], prefix: str = "") -> list[list[Any]]:
+    """(measure, value) rows of a result's fields, nested ones as ``outer / inner``."""
+    rows = []
+    for k, v in r.items():
+        if k in ("machine", "load_average_at_end"):
+            continue
+        name = f"{prefix}{k}".replace("_", " ")
+        if isinstance(v, dict):
+            rows += _flat(v, f"{prefix}{k} / ")
+        else:
+            rows.append([name, f"{v:.4g}" if isinstance(v, float) else v])
+    return rows
+
+
+def alfworld_env(r: dict[str, Any]) -> str:
+    sizes = r["sizes"]
+    engine = _table(["room size", "games generated / s", "reset, new game (ms)", "reset, same game (ms)", "step (ms)"],
+                    [[size, round(v["generation_games_per_s"]), round(1e3 * v["reset_new_game_s"]),
+                      round(1e3 * v["reset_same_game_s"]), round(1e3 * v["step_s"], 1)] for size, v in sizes.items()])
+    policies = [(size, p) for size in sizes for p in ("random_policy", "weak_policy") if p in sizes[size]]
+    families = list(sizes[policies[0][0]][policies[0][1]]) if policies else []
+    success = _table(["family", *[f"{size} {p.split('_')[0]}" for size, p in policies]],
+                     [[f, *[f"{sizes[size][p][f]['success']:.2f} ({sizes[size][p][f]['won_within_15']:.2f})"
+                            for size, p in policies]] for f in families])
+    return (engine + f"\n\nSuccess within {r['max_steps']} steps (within 15), 20 games per family:\n\n" + success +
+            f"\n\nMachine: {_machine(r['machine'])}.")
+
+
+def hf_engine(r: dict[str, Any]) -> str:
+    rows = [[k.removeprefix("autocast_").replace("None", "none (fp32)"), mode.replace("_", " "), v["seconds"],
+             v["generated_tokens"], v["tokens_per_s"], f"{v['finished']} / {r['batch']}"]
+            for k, modes in r.items() if k.startswith("autocast_") for mode, v in modes.items()]
+    head = (f"{r['batch']} prompts of {r['prompt_tokens_mean']} tokens in one micro-batch, "
+            f"{r['admissible_actions_per_prompt']} admissible actions each; GGUF -> fp32 conversion "
+            f"{r['convert_s']} s once, then {r['load_from_cache_s']} s from the cache.\n\n")
+    machine = _machine(r["machine"]) if "machine" in r else "not recorded (rerun the benchmark)"
+    return head + _table(["autocast", "mode", "seconds", "tokens generated", "tokens/s", "finished"], rows) + \
+        f"\n\nMachine: {machine}."
+
+
+def measures(r: dict[str, Any]) -> str:
+    """A result of the smaller component benchmarks as a measure/value table."""
+    machine = _machine(r["machine"]) if "machine" in r else "not recorded (rerun the benchmark)"
+    return _table(["measure", "value"], _flat(r)) + f"\n\nMachine: {machine}."
+
+
+def main() -> None:
+    sections = [("Shaper cost", "shaper_cost", shaper_cost), ("Credit math", "credit_math", credit_math),
+                ("Environment throughput", "env_throughput", env_throughput),
+                ("Iteration breakdown", "iteration_breakdown", iteration_breakdown),
+                ("HF engine (SmolLM2 generation)", "hf_engine_threads2", hf_engine),
+                ("MiniLM scorer", "minilm_scorer", measures), ("ALFWorld env", "alfworld_env", alfworld_env),
+                ("Embedded WebShop env", "webshop_env", measures)]
+    for title, name, render in sections:
+        result = _load(name)
+        print(f"### {title}\n\n" + (render(result) if result else f"(no results/{name}.json yet)") + "\n")
+    recordings = {env: r for env in ("alfworld", "webshop") if (r := _load(f"record_batches_{env}"))}
+    if recordings:
+        print("### Collector (quickstart policy)\n\n" + collector(recordings, _load("iteration_breakdown")) + "\n")
+
+
+if __name__ == "__main__":
+    main()

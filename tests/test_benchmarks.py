@@ -1,0 +1,93 @@
+"""The benchmarks' own checks: their baselines compute what the application computes, and the
+iteration timer's bookkeeping adds up. Timing itself is never asserted (benchmarks/ measures it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import plain_loop
+from benchmarks.credit_math import make_batch, run_once, run_plain
+from benchmarks.iteration_breakdown import union_seconds
+from benchmarks.shaper_cost import naive_shape, ours_shape, rollouts_key
+from scpo_lightning.batch import RolloutBatch
+from scpo_lightning.returns import step_returns, trajectory_returns
+from scpo_lightning.scorers import LexicalScorer
+from scpo_lightning.shaper import SCPOConfig, plan_shaping
+
+
+#: θ = 0.8 on the synthetic batch's lexical scores: the matcher falls back and re-matches, so the
+#: monotonic rule and the processing order both change the credit (checked below), and a baseline
+#: that got either wrong would differ.
+THETA = 0.8
+
+
+@pytest.fixture(scope="module")
+def small_batch() -> dict:
+    batch = make_batch(groups=6, group_size=4, steps=12, seed=3)
+    paper = run_once(batch, SCPOConfig(theta=THETA), LexicalScorer())[2]
+    repeated = run_once(batch, SCPOConfig(theta=THETA, monotonic=False), LexicalScorer())[2]
+    chronological = run_once(batch, SCPOConfig(theta=THETA, order="chronological"), LexicalScorer())[2]
+    assert np.count_nonzero(paper) > 0
+    assert np.any(paper != repeated) and np.any(paper != chronological), "the fixture must exercise the matcher"
+    return batch
+
+
+@pytest.mark.parametrize("baseline, uids", [(plain_loop.published_shape, True), (plain_loop.tidy, False)])
+def test_plain_loop_baselines_compute_the_same_credit_and_advantages(small_batch, baseline, uids):
+    config, scorer = SCPOConfig(theta=THETA), LexicalScorer()
+    _, _, credit, adv = run_once(small_batch, config, scorer)
+    plan = plan_shaping(
+        group_ids=small_batch["group_ids"], traj_ids=small_batch["traj_ids"], steps=small_batch["steps"],
+        traj_returns=trajectory_returns(small_batch["rewards"], small_batch["traj_ids"]),
+        actions=small_batch["actions"], observations=small_batch["observations"],
+        is_action_valid=small_batch["is_action_valid"], noop=small_batch["noop"], lengths=small_batch["lengths"],
+        config=config)
+    score_of = dict(zip(plan.pairs, scorer.score(plan.pairs).tolist()))
+    rows = plain_loop.with_uids(small_batch) if uids else small_batch
+    _, their_credit, their_adv = run_plain(baseline, rows, config, score_of)
+    np.testing.assert_allclose(their_credit, credit, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(their_adv, adv, rtol=1e-7, atol=1e-9)
+
+
+def _rollout_batch(rows: dict) -> RolloutBatch:
+    n = len(rows["steps"])
+    batch = RolloutBatch(
+        group_ids=rows["group_ids"], traj_ids=rows["traj_ids"], steps=rows["steps"],
+        prompt_ids=[[1] * (length - 1) for length in rows["lengths"]], response_ids=[[2]] * n,
+        anchors=rows["anchors"], actions=rows["actions"], observations=rows["observations"],
+        responses=rows["actions"], rewards=np.asarray(rows["rewards"]), dones=np.zeros(n, dtype=bool),
+        is_action_valid=np.asarray(rows["is_action_valid"]), noop=np.asarray(rows["noop"]), families=["x"] * n)
+    batch.step_returns = step_returns(batch.rewards, batch.traj_ids, batch.steps, batch.is_action_valid)
+    batch.traj_returns = trajectory_returns(batch.rewards, batch.traj_ids)
+    return batch
+
+
+def test_naive_shaper_requests_every_pair_and_credits_like_the_callback(small_batch):
+    from callbacks.scpo import SCPOCallback
+
+    callback = SCPOCallback(scorer="lexical", theta=THETA)
+    callback.setup(None, None, "fit")
+    try:
+        naive_credit, naive = naive_shape(_rollout_batch(small_batch), callback.config, LexicalScorer())
+        credit, ours = ours_shape(callback, _rollout_batch(small_batch))
+    finally:
+        callback.teardown(None, None, "fit")
+    assert np.count_nonzero(credit) > 0
+    np.testing.assert_array_equal(naive_credit, credit)
+    # The naive loop sends exactly the pairs the paper's shaper requests; ours scores each distinct one once.
+    assert naive["pairs_requested"] == ours["pairs_requested"] > ours["pairs_scored"] == ours["pairs_distinct"]
+
+
+def test_union_seconds_counts_overlapping_intervals_once():
+    # A validation run's first collection happens before its hooks and overlaps nothing; the
+    # hooks' span contains the second collection.
+    assert union_seconds([(0.0, 2.0), (3.0, 10.0), (4.0, 6.0), (9.0, 12.0)]) == pytest.approx(11.0)
+    assert union_seconds([]) == 0.0
+
+
+def test_replay_tells_a_repeated_batch_from_a_new_one(small_batch):
+    # A training run's first batch can repeat a recorded one; only an identical one may be left out.
+    changed = dict(small_batch, actions=[*small_batch["actions"][:-1], "go to shelf 99"])
+    assert rollouts_key(_rollout_batch(small_batch)) == rollouts_key(_rollout_batch(dict(small_batch)))
+    assert rollouts_key(_rollout_batch(small_batch)) != rollouts_key(_rollout_batch(changed))
