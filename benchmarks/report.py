@@ -155,6 +155,29 @@ def hf_engine(r: dict[str, Any]) -> str:
         f"\n\nMachine: {machine}."
 
 
+def numerics(r: dict[str, Any]) -> str:
+    """Log-prob change after one AdamW step per precision, learning rate and advantages, and speed."""
+    names = {"bf16_tied": "tied weights, bf16 autocast, bf16 logits", "bf16_grid": "bf16 grid, bf16 autocast, fp32 head",
+             "fp32": "fp32"}
+    rows = []
+    for name, v in r["variants"].items():
+        for key, m in v.items():
+            if "_advantages_lr_" in key:
+                kind, lr = key.split("_advantages_lr_")
+                rows.append([names.get(name, name), kind, lr, f"{m['k3_kl']:.2e}", f"{m['mean_abs_dlogp']:.4f}",
+                             f"{m['max_abs_dlogp']:.3f}", f"{m['update_s_per_row']:.2f}"])
+    steps = _table(["computation", "advantages", "lr", "k3 KL / token", "mean \\|Δ log p\\|", "max \\|Δ log p\\|",
+                    "update s/row"], rows)
+    other = [[names.get(n, n), f"{v['batching_8_vs_5']['mean_abs_dlogp']:.2e}",
+              f"{v['vs_fp32_same_weights']['k3_kl']:.2e}" if "vs_fp32_same_weights" in v else "-",
+              f"{v['forward_s_per_row']:.3f}"] for n, v in r["variants"].items()]
+    head = (f"{r['rows']} recorded quickstart rows ({r['response_tokens']} response tokens, prompts of "
+            f"{r['prompt_tokens_mean']:.0f} tokens), micro-batches of {r['micro_batch_rows']}; "
+            f"{r['bf16_tie_fraction_as_loaded']:.1%} of the parameters are bf16 ties as loaded.\n\n")
+    rest = _table(["computation", "mean \\|Δ\\| micro-batches 8 vs 5", "k3 vs fp32, same weights", "no-grad forward s/row"], other)
+    return head + steps + "\n\n" + rest + f"\n\nMachine: {_machine(r['machine'])}."
+
+
 def measures(r: dict[str, Any]) -> str:
     """A result of the smaller component benchmarks as a measure/value table."""
     machine = _machine(r["machine"]) if "machine" in r else "not recorded (rerun the benchmark)"
@@ -166,6 +189,7 @@ def main() -> None:
                 ("Environment throughput", "env_throughput", env_throughput),
                 ("Iteration breakdown", "iteration_breakdown", iteration_breakdown),
                 ("HF engine (SmolLM2 generation)", "hf_engine_threads2", hf_engine),
+                ("Log-prob numerics (SmolLM2)", "numerics", numerics),
                 ("MiniLM scorer", "minilm_scorer", measures), ("ALFWorld env", "alfworld_env", alfworld_env),
                 ("Embedded WebShop env", "webshop_env", measures)]
     for title, name, render in sections:

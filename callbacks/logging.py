@@ -2,7 +2,9 @@
 
 Everything is keyed by RL iteration: training scalars of iteration k (the k-th update) at step k,
 validation after k updates at step k (step 0 = before training, from the sanity-check pass that
-runs the whole validation set). Faults are logged, never only printed: episodes lost to env
+runs the whole validation set). The exception is ``train_step/``: the loss parts, clip fraction,
+drift from π_old and grad norm of every PPO mini-batch, keyed by optimizer step since the run
+began (the ratio is 1 on an iteration's first mini-batch, so its clip fraction is 0 by design). Faults are logged, never only printed: episodes lost to env
 workers (per reason, per iteration and in total, training and validation) and, from the batch's
 SCPO stats, scorer failures.
 """
@@ -66,6 +68,9 @@ class RLLogger(L.Callback):
         metrics.update({f"env_failures/total_{k}": v for k, v in self.env_failure_totals.items()})
         metrics["iteration"] = float(it)
         self._log(trainer, metrics, it)
+        for step in getattr(pl_module, "step_metrics", ()):
+            self._log(trainer, {f"train_step/{k}": v for k, v in step.items() if k != "step"} | {"iteration": float(it)},
+                      int(step["step"]))
         trainer.print(
             f"[it {it}] success {metrics['rollout/success']:.2f} len {metrics['rollout/episode_length']:.1f} "
             f"loss {metrics.get('train/loss', float('nan')):.4f} kl {metrics.get('train/kl', float('nan')):.4f} "

@@ -42,6 +42,11 @@ class RolloutBatch:
     episode_scores: np.ndarray | None = None
     traj_returns: np.ndarray | None = None
     shaped_returns: np.ndarray | None = None
+    #: Per row, per response token, as the engine sampled (engines.base.Generation): the log-prob
+    #: under the sampling distribution (behaviour policy q) and under the policy pi at the rollout
+    #: temperature. None when the engine reported none.
+    sampling_logprobs: list[list[float]] | None = None
+    rollout_logprobs: list[list[float]] | None = None
     scpo_credit: np.ndarray | None = None
     scpo_stats: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

@@ -63,8 +63,12 @@ def shard_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
     return start, start + base + (1 if index < extra else 0)
 
 
-def update_plan(n: int, mini_batch_rows: int, micro_batch_rows: int,
-                device: torch.device | str = "cpu") -> list[tuple[list[list[int] | None], float]]:
+#: Per optimizer step: this rank's micro-batches of row indices (None = an idle pass) and the
+#: number of real micro-batches over all ranks (``update_plan``).
+Plan = list[tuple[list[list[int] | None], float]]
+
+
+def update_plan(n: int, mini_batch_rows: int, micro_batch_rows: int, device: torch.device | str = "cpu") -> Plan:
     """The PPO epoch as all ranks agree on it (collective): per optimizer step, this rank's
     micro-batches of row indices (None = an idle pass) and the number of real micro-batches over
     all ranks.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
 
-from scpo_lightning.losses import entropy_from_logits
+from scpo_lightning.losses import entropy_from_logits, k3_kl
 
 
 def pack_rows(
@@ -28,6 +29,12 @@ def pack_rows(
     return ids.to(device), attn.to(device), resp.to(device), resp_mask.to(device)
 
 
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (HF causal LMs since 4.50; PEFT passes it on)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def response_logprobs(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -40,15 +47,44 @@ def response_logprobs(
     """log π(response token | prefix) for every response token: ([B, R], entropy [B, R] or None, mask [B, R]).
 
     Logits are divided by the rollout temperature (SPEC §4). The logit that predicts response
-    token k of a row sits at position len(prompt) + k − 1. ``device``: where the model computes
-    (default: where its first parameter is; a CPU-offloaded FSDP2 model computes on the GPU).
+    token k of a row sits at position len(prompt) + k − 1. Only the positions from the shortest
+    prompt's last token to the longest row's second-to-last token go through the LM head
+    (``logits_to_keep``): the head over the prompt tokens would be pure cost (for SmolLM2 a fifth
+    of the forward and a [B, L, 49152] fp32 tensor). ``device``: where the model computes (default:
+    where its first parameter is; a CPU-offloaded FSDP2 model computes on the GPU).
     """
     device = device or next(model.parameters()).device
     ids, attn, resp, resp_mask = pack_rows(prompts, responses, pad_id, device)
-    logits = model(input_ids=ids, attention_mask=attn).logits
     start = torch.tensor([len(p) - 1 for p in prompts], device=device)
-    pos = (start[:, None] + torch.arange(resp.shape[1], device=device)[None, :]).clamp_max(ids.shape[1] - 1)
+    lo = int(start.min())
+    hi = max(lo + 1, max(len(p) + len(r) - 1 for p, r in zip(prompts, responses)))
+    if accepts_logits_to_keep(model):
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=torch.arange(lo, hi, device=device)).logits
+    else:  # a model without the argument (remote code): every position, then the same window
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, lo:hi]
+    pos = (start[:, None] - lo + torch.arange(resp.shape[1], device=device)[None, :]).clamp_max(hi - lo - 1)
     z = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature
     logp = torch.log_softmax(z, dim=-1).gather(-1, resp[..., None]).squeeze(-1)
     entropy = entropy_from_logits(z) if with_entropy else None
     return logp, entropy, resp_mask
+
+
+def mismatch_sums(
+    rollout: Sequence[torch.Tensor], recomputed: Sequence[torch.Tensor], sampling: Sequence[torch.Tensor] = ()
+) -> tuple[float, float, float, float, float]:
+    """Rollout vs recomputed log-probs of the same tokens (1-D tensors per row), summed over tokens.
+
+    Returns (Σ|Δ|, Σ k3, Σ (log q − log π_rollout), tokens, max|Δ|) with Δ = recomputed − rollout;
+    k3 = e^Δ − Δ − 1 estimates KL(π_rollout ‖ π_train) per token from the rollout's own samples,
+    and the gap (0 in free mode with top_p 1) is −log Z_t of the constrained mode's renormalisation.
+    """
+    if not rollout:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    a = torch.cat([r.detach().float().cpu() for r in rollout])
+    b = torch.cat([r.detach().float().cpu() for r in recomputed])
+    if a.shape != b.shape:
+        raise ValueError(f"rollout log-probs cover {a.numel()} tokens, recomputed ones {b.numel()}")
+    d = b - a
+    gap = float((torch.cat([s.float() for s in sampling]) - a).sum()) if sampling else 0.0
+    largest = float(d.abs().max()) if d.numel() else 0.0
+    return float(d.abs().sum()), float(k3_kl(a, b, clamp=1e9).sum()), gap, float(d.numel()), largest

@@ -3,7 +3,9 @@
 One training "epoch" is one RL iteration: the DataModule yields one collected batch, the SCPO
 callback shapes its step returns, and ``training_step`` computes advantages, recomputes old and
 reference log-probs, and runs one PPO epoch of sequential mini-batches (one optimizer step each,
-gradient accumulation over micro-batches) with manual optimisation.
+gradient accumulation over micro-batches) with manual optimisation. Old and reference log-probs
+are computed micro-batch by micro-batch in exactly the grouping the update uses, so before the
+first optimizer step the ratio is exactly 1 (docs/numerics.md).
 """
 
 from __future__ import annotations
@@ -24,17 +26,22 @@ from torch.distributed.tensor import DTensor
 
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
+from scpo_lightning.distributed import Plan
 from scpo_lightning.engines.factory import ENGINES, make_engine
 from scpo_lightning.engines.hf import HFEngine
 from scpo_lightning.gigpo import MODES, gigpo_advantage, grpo_advantage, rloo_advantage
 from scpo_lightning.logprobs import response_logprobs
-from scpo_lightning.losses import policy_loss
+from scpo_lightning.losses import RolloutCorrection, policy_loss, rollout_correction
+from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
 from scpo_lightning.policy import check_model_source
+from scpo_lightning.precision import BF16_GRID, prepare_weights
 from scpo_lightning.sharding import gathered, is_sharded, shard
+from scpo_lightning.update_metrics import iteration_metrics, mismatch_metrics
 
 ESTIMATORS = ("gigpo", "grpo", "rloo")
 #: The loss terms logged as train/<name> (fields of losses.policy_loss's result).
-LOSS_PARTS = ("loss", "pg_loss", "entropy", "kl", "clip_frac", "approx_kl_old")
+LOSS_PARTS = ("loss", "pg_loss", "entropy", "kl", "clip_frac", "approx_kl_old", "kept_frac")
+OLD_LOGPROBS = ("recompute", "rollout")
 
 # The frozen reference model is in eval mode on purpose; Lightning warns about any such module.
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
@@ -71,6 +78,9 @@ class SCPOModule(L.LightningModule):
         reference_offload: Keep the frozen reference's shards in CPU memory and copy each layer to the GPU for its one forward per iteration (FSDP2 CPUOffloadPolicy; needs trainer.strategy ModelParallelStrategy; on CPU it changes nothing).
         lora_rank: LoRA rank for parameter-efficient training (0 = full fine-tuning; needs the lora extra).
         cache_dir: Where converted models are cached (default: ~/.cache/scpo_lightning).
+        bf16_grid: auto (round fp32 weights onto the bf16 grid once at load when bf16 compute is configured: trainer.precision bf16-*, generation_autocast bfloat16 or a bf16 vLLM copy, so that an update moves the bf16 model by what it accumulated, not by flipping tied weights), snap (always) or keep (never; warns on tied weights). docs/numerics.md.
+        old_logprobs: recompute (the trainer recomputes π_old, SPEC §4) or rollout (use the engine's own log-probs of π as π_old, one forward pass fewer; only where rollout/logprob_diff_* is measured small).
+        rollout_correction: Correction for rollout-vs-train log-prob mismatch: mode none (the published recipe), tis (truncated importance sampling, weight min(ρ, cap)) or mask (drop tokens with ρ outside [1/cap, cap]); ρ = π_old / π_rollout per token (scpo_lightning.losses.rollout_correction).
         trust_remote_code: Run Python code shipped inside the policy's model folder (its config's auto_map) when loading it; off unless set, since that code runs with this process's rights.
     """
 
@@ -101,6 +111,9 @@ class SCPOModule(L.LightningModule):
         reference_offload: bool = False,
         lora_rank: int = 0,
         cache_dir: str | None = None,
+        bf16_grid: str = "auto",
+        old_logprobs: str = "recompute",
+        rollout_correction: RolloutCorrection | None = None,
         trust_remote_code: bool = False,
     ):
         super().__init__()
@@ -112,6 +125,11 @@ class SCPOModule(L.LightningModule):
             (temperature > 0, f"model.temperature must be > 0; got {temperature}"),
             (engine in ENGINES, f"model.engine must be one of {ENGINES}; got {engine!r}"),
             (lora_rank >= 0, f"model.lora_rank must be >= 0; got {lora_rank}"),
+            (bf16_grid in BF16_GRID, f"model.bf16_grid must be one of {BF16_GRID}; got {bf16_grid!r}"),
+            (old_logprobs in OLD_LOGPROBS, f"model.old_logprobs must be one of {OLD_LOGPROBS}; got {old_logprobs!r}"),
+            (not (old_logprobs == "rollout" and rollout_correction is not None and rollout_correction.mode != "none"),
+             "model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
+             "rollout they are the same (ρ = 1): set one of them back (mode: none or old_logprobs: recompute)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -129,8 +147,11 @@ class SCPOModule(L.LightningModule):
         self._reference: tuple[torch.nn.Module, ...] = ()
         self.tokenizer: Any = None
         self.engine: Any = None
+        self.correction = rollout_correction or RolloutCorrection()
         self.skipped_steps = 0
+        self.update_steps = 0  # optimizer steps attempted since the run began: the x axis of train_step/
         self.last_metrics: dict[str, float] = {}
+        self.step_metrics: list[dict[str, float]] = []
         self.val_metrics: dict[str, torchmetrics.MeanMetric] = {}
 
     # ----------------------------------------------------------------- model
@@ -146,14 +167,21 @@ class SCPOModule(L.LightningModule):
         from scpo_lightning.policy import load_policy
 
         hp = self.hparams
-        mesh = self._data_parallel_mesh()  # checks the strategy before anything loads
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        mesh = data_parallel_mesh(strategy, self.device_mesh, hp.lora_rank,
+                                  hp.reference_offload)  # checks the strategy before anything loads
         if self.global_rank == 0:
             print(f"Loading the policy {hp.policy} ({hp.torch_dtype})", flush=True)
         policy, self.tokenizer = load_policy(hp.policy, torch_dtype=hp.torch_dtype, cache_dir=hp.cache_dir,
                                              trust_remote_code=hp.trust_remote_code)
+        precision = str(self._trainer.precision) if self._trainer is not None else "32-true"
+        bf16 = bf16_compute(precision, hp.torch_dtype, hp.engine, hp.generation_autocast, hp.engine_options)
+        done = prepare_weights(policy, bf16, hp.bf16_grid)  # before the reference copy: both the same
+        if self.global_rank == 0:
+            print(f"Policy precision: {done}; LM head in fp32", flush=True)
         reference = copy.deepcopy(policy).eval().requires_grad_(False) if hp.kl_coef > 0 else None
         if hp.lora_rank > 0:
-            policy = self._with_lora(policy, hp.lora_rank)
+            policy = with_lora(policy, hp.lora_rank)
         if hp.gradient_checkpointing:
             # Non-reentrant checkpointing: the kind FSDP2 supports (it re-runs the layer's hooks in backward).
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -167,52 +195,25 @@ class SCPOModule(L.LightningModule):
             if hp.engine == "hf" else {}
         self.engine = make_engine(hp.engine, self.policy, self.tokenizer, **{**options, **(hp.engine_options or {})})
 
-    def _data_parallel_mesh(self) -> Any:
-        """The data-parallel device mesh under ModelParallelStrategy; None on a single device."""
-        from lightning.pytorch.strategies import ModelParallelStrategy, SingleDeviceStrategy
-
-        hp = self.hparams
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        if isinstance(strategy, ModelParallelStrategy):
-            if self.device_mesh["tensor_parallel"].size() != 1:
-                raise ValueError("trainer.strategy: ModelParallelStrategy needs tensor_parallel_size: 1 (HF models "
-                                 "have no tensor-parallel plan here); set data_parallel_size to the device count")
-            if hp.lora_rank > 0:
-                raise ValueError("model.lora_rank > 0 is not supported with ModelParallelStrategy (LoRA under "
-                                 "FSDP2 is untested); train LoRA on one device or set lora_rank: 0")
-            return self.device_mesh["data_parallel"]
-        if strategy is not None and not isinstance(strategy, SingleDeviceStrategy):
-            # DDP/FSDP1/DeepSpeed: several backward passes and optimizer steps per training_step break
-            # DDP's reducer, and FSDP1 cannot keep weights gathered for generation (scpo_lightning.sharding).
-            raise ValueError(
-                f"trainer.strategy: {type(strategy).__name__} is not supported; for several devices use "
-                "ModelParallelStrategy (FSDP2) with data_parallel_size: <devices> and tensor_parallel_size: 1 "
-                "(docs/scaling.md)")
-        if hp.reference_offload:
-            raise ValueError("model.reference_offload offloads the sharded reference: it needs trainer.strategy "
-                             "ModelParallelStrategy; set it to false on one device")
-        return None
-
     def on_fit_start(self) -> None:
         # The unsharded reference is outside the module tree, so the strategy did not move or cast it.
         ref = self.reference
         if ref is not None and not is_sharded(ref):
             ref.to(device=self.device, dtype=next(self.policy.parameters()).dtype)
+        # vLLM reports π itself only where it samples from π (engines/vllm.py): say so before any rollout.
+        data = getattr(self.trainer, "datamodule", None)
+        needs_pi = self.hparams.old_logprobs == "rollout" or self.correction.mode != "none"
+        if needs_pi and self.hparams.engine == "vllm" and data is not None and \
+                (data.rollout.action_mode == "constrained" or data.top_p < 1.0):
+            raise ValueError("model.old_logprobs: rollout / model.rollout_correction need the policy's own log-probs, "
+                             "which the vllm engine reports only in free mode with data.top_p 1; use "
+                             "old_logprobs: recompute and rollout_correction mode: none, or model.engine: hf")
 
     @contextlib.contextmanager
     def generation_context(self) -> Iterator[None]:
         """Around a rollout collection: sharded weights are gathered for the HF engine (collective)."""
         with gathered(self.policy) if isinstance(self.engine, HFEngine) else contextlib.nullcontext():
             yield
-
-    @staticmethod
-    def _with_lora(policy: torch.nn.Module, rank: int) -> torch.nn.Module:
-        try:
-            import peft
-        except ImportError as exc:
-            raise ImportError("model.lora_rank > 0 needs peft: pip install -e '.[lora]'") from exc
-        config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
-        return peft.get_peft_model(policy, config)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
@@ -244,22 +245,34 @@ class SCPOModule(L.LightningModule):
                 model(input_ids=ids)
 
     @torch.no_grad()
-    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch, n: int) -> list[torch.Tensor]:
-        """Per-row response log-probs (1-D tensors) of rows 0..n-1, micro-batch by micro-batch, no grad."""
-        out: list[torch.Tensor] = []
-        step = self.hparams.micro_batch_rows
-        passes = math.ceil(n / step)
-        (agreed,) = distributed.all_reduce([passes], "max", self.device)
-        for k in range(int(agreed)):
-            if k >= passes:
-                self._idle_pass(model, backward=False)
-                continue
-            idx = range(k * step, min(n, (k + 1) * step))
-            logp, _, mask = response_logprobs(model, [batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
-                                              self.tokenizer.pad_token_id, self.hparams.temperature, with_entropy=False,
-                                              device=self.device)
-            out.extend(lp[m.bool()] for lp, m in zip(logp, mask))
+    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch, plan: Plan) -> list[torch.Tensor | None]:
+        """Per-row response log-probs (1-D tensors), no grad, micro-batch by micro-batch in the
+        update's own grouping: the same rows in the same padded shapes give the same numbers
+        (under bf16 autocast a row's log-probs depend on the batch it is computed in)."""
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        for micros, _ in plan:
+            for micro in micros:
+                if micro is None:
+                    self._idle_pass(model, backward=False)
+                    continue
+                logp, _, mask = response_logprobs(model, [batch.prompt_ids[i] for i in micro],
+                                                  [batch.response_ids[i] for i in micro], self.tokenizer.pad_token_id,
+                                                  self.hparams.temperature, with_entropy=False, device=self.device)
+                for i, lp, m in zip(micro, logp, mask):
+                    out[i] = lp[m.bool()]
         return out
+
+    def _rollout_logprobs(self, batch: RolloutBatch) -> list[torch.Tensor] | None:
+        """The engine's log-probs of π per row (1-D float32 tensors), or None when it reported none."""
+        hp = self.hparams
+        rows = batch.rollout_logprobs
+        if rows is None:
+            if hp.old_logprobs == "rollout" or self.correction.mode != "none":
+                raise ValueError("model.old_logprobs: rollout and model.rollout_correction need the engine's log-probs of "
+                                 "the policy, which this batch lacks; use old_logprobs: recompute and "
+                                 "rollout_correction mode: none")
+            return None
+        return [torch.tensor(r, dtype=torch.float32, device=self.device) for r in rows]
 
     def _clip_gradients(self) -> float:
         """Clip to model.grad_clip; the norm before clipping, over the whole model on every rank."""
@@ -276,11 +289,14 @@ class SCPOModule(L.LightningModule):
         n = len(batch)
         t0 = time.perf_counter()
         self.engine.release_memory()  # rollouts are done: e.g. vLLM's sleep mode frees its memory for the update
+        plan = distributed.update_plan(n, hp.mini_batch_rows, hp.micro_batch_rows, self.device)
+        rollout = self._rollout_logprobs(batch)
         self.policy.eval()  # no dropout while recomputing old log-probs (SPEC §4)
-        old = self._logprobs(self.policy, batch, n)
+        recomputed = hp.old_logprobs == "recompute"
+        old = self._logprobs(self.policy, batch, plan) if recomputed else rollout
         # Without a reference model (kl_coef 0) the KL term has weight 0; its logged value is then
         # the drift from the rollout policy.
-        ref = self._logprobs(self.reference, batch, n) if self.reference is not None else old
+        ref = self._logprobs(self.reference, batch, plan) if self.reference is not None else old
         self.policy.train()
         t1 = time.perf_counter()
         batch.wait_shaping()  # the scorer ran while the log-probs were recomputed
@@ -288,13 +304,15 @@ class SCPOModule(L.LightningModule):
         adv = torch.as_tensor(self.advantages(batch), dtype=torch.float32, device=self.device)
         t3 = time.perf_counter()
         opt = self.optimizers()
-        sums: dict[str, float] = {}
-        steps = skipped = bad_loss_steps = 0
-        for micros, real in distributed.update_plan(n, hp.mini_batch_rows, hp.micro_batch_rows, self.device):
+        fresh: list[torch.Tensor | None] = list(old) if recomputed else [None] * n  # π_old as the trainer computes it
+        self.step_metrics = []
+        skipped = bad_loss_steps = 0
+        for k, (micros, real) in enumerate(plan):
             # Real micro-batches of all ranks weigh equally (SPEC §4); FSDP averages gradients over ranks.
             weight = distributed.world_size() / real
             opt.zero_grad(set_to_none=True)
             loss_finite = True
+            sums = dict.fromkeys(LOSS_PARTS, 0.0)
             for micro in micros:
                 if micro is None:
                     self._idle_pass(self.policy, backward=True)
@@ -303,59 +321,48 @@ class SCPOModule(L.LightningModule):
                     self.policy, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
                     self.tokenizer.pad_token_id, hp.temperature, with_entropy=True)
                 width = logp.shape[1]
-                out = policy_loss(logp, self._pad([old[i] for i in micro], width), self._pad([ref[i] for i in micro], width),
-                                  adv[micro], mask, entropy, hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp)
+                old_t = self._pad([old[i] for i in micro], width)
+                if k == 0 and not recomputed:  # the policy has not moved yet: this is π_old, recomputed
+                    for i, lp, m in zip(micro, logp.detach(), mask):
+                        fresh[i] = lp[m.bool()]
+                is_weights = pg_mask = None
+                if self.correction.mode != "none":
+                    is_weights, pg_mask = rollout_correction(old_t, self._pad([rollout[i] for i in micro], width), mask,
+                                                             self.correction.mode, self.correction.cap)
+                out = policy_loss(logp, old_t, self._pad([ref[i] for i in micro], width), adv[micro], mask, entropy,
+                                  hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp,
+                                  is_weights=is_weights, pg_mask=pg_mask)
                 # Checked before backward: a non-finite loss skips this mini-batch's step below even
                 # when its gradient comes out finite. The backward still runs, because every rank must
                 # run the same passes (FSDP pairs their collectives); its gradient is thrown away.
                 finite = bool(torch.isfinite(out.loss.detach()))
                 loss_finite &= finite
                 self.manual_backward(out.loss * weight)
-                for key in LOSS_PARTS:
-                    value = float(getattr(out, key).detach()) / real
-                    sums[key] = sums.get(key, 0.0) + (value if finite else 0.0)  # counted below, not a NaN mean
+                for key in LOSS_PARTS:  # a non-finite loss is counted below, not averaged in as NaN
+                    sums[key] += float(getattr(out, key).detach()) / real if finite else 0.0
             grad_norm = self._clip_gradients()
             # One rank's non-finite loss skips the step on every rank (the grad norm is global already).
-            bad_loss = distributed.all_reduce([0.0 if loss_finite else 1.0], "max", self.device)[0] > 0
-            if not bad_loss and math.isfinite(grad_norm):
+            reduced = distributed.all_reduce([sums[key] for key in LOSS_PARTS] + [0.0 if loss_finite else 1.0], "sum",
+                                             self.device)
+            bad_loss = reduced[-1] > 0
+            applied = not bad_loss and math.isfinite(grad_norm)
+            if applied:
                 opt.step()
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
             else:
                 opt.zero_grad(set_to_none=True)  # reaches neither the weights nor AdamW's moments
                 skipped += 1
                 bad_loss_steps += bad_loss
-            steps += 1
+            self.update_steps += 1
+            self.step_metrics.append({**dict(zip(LOSS_PARTS, reduced)), "grad_norm": grad_norm, "applied": float(applied),
+                                      "mini_batch": float(k), "step": float(self.update_steps)})
         self.skipped_steps += skipped
         self.engine.sync_weights()  # the next rollouts use the updated weights (vLLM copies them in)
-        self.last_metrics = self._train_metrics(sums, steps, skipped, adv, [t0, t1, t2, t3, time.perf_counter()])
+        self.last_metrics = iteration_metrics(self.step_metrics, LOSS_PARTS, adv, [t0, t1, t2, t3, time.perf_counter()],
+                                              self.skipped_steps, self.device)
         self.last_metrics.update({"train/skipped_nonfinite_loss": float(bad_loss_steps),
                                   "train/skipped_nonfinite_grad": float(skipped - bad_loss_steps)})
-
-    def _train_metrics(self, sums: dict[str, float], steps: int, skipped: int, adv: torch.Tensor,
-                       marks: list[float]) -> dict[str, float]:
-        """This iteration's training scalars over all ranks (collective): loss parts are the global
-        mini-batch losses (each rank summed its share), advantage statistics cover every row, and
-        times are the slowest rank's. Grad norms and step counts are global already."""
-        a = adv.double()
-        # Fixed keys: a rank without rows (idle passes only) must send a vector of the same length.
-        reduced = distributed.all_reduce([sums.get(k, 0.0) for k in LOSS_PARTS] + [a.sum(), (a * a).sum(), len(a)],
-                                         "sum", self.device)
-        a_sum, a_sq, rows = reduced[len(LOSS_PARTS):]
-        mean = a_sum / rows if rows else 0.0
-        std = math.sqrt(max(a_sq - rows * mean * mean, 0.0) / (rows - 1)) if rows > 1 else 0.0
-        applied = max(steps - skipped, 1)
-        metrics = {f"train/{k}": v / steps for k, v in zip(LOSS_PARTS, reduced)} if steps else {}
-        if "grad_norm" in sums:
-            metrics["train/grad_norm"] = sums["grad_norm"] / applied
-        names = ("time/logprobs_s", "time/shaping_wait_s", "time/advantage_s", "time/update_s")
-        times = distributed.all_reduce([b - a for a, b in zip(marks, marks[1:])], "max", self.device)
-        metrics.update(dict(zip(names, times)))
-        metrics.update({
-            "train/optimizer_steps": float(steps - skipped), "train/skipped_steps": float(skipped),
-            "train/skipped_steps_total": float(self.skipped_steps),
-            "train/advantage_mean": mean, "train/advantage_std": std, "train/rows": float(rows),
-        })
-        return metrics
+        if rollout is not None:  # recompute: every row; rollout: the first mini-batch's rows
+            self.last_metrics.update(mismatch_metrics(rollout, fresh, batch.sampling_logprobs, self.device))
 
     # ------------------------------------------------------------ validation
     # torchmetrics syncs metric by metric, in key order, so every rank must hold the same keys even
@@ -396,10 +403,11 @@ class SCPOModule(L.LightningModule):
     # continue bit for bit: the torch RNG, the skip counter, the engine's generator.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["scpo_state"] = {"torch_rng": torch.get_rng_state(), "skipped_steps": self.skipped_steps,
-                                    "engine": self.engine.state_dict()}
+                                    "update_steps": self.update_steps, "engine": self.engine.state_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["scpo_state"]
         torch.set_rng_state(state["torch_rng"])
         self.skipped_steps = state["skipped_steps"]
+        self.update_steps = state.get("update_steps", 0)  # absent in checkpoints written before it was kept
         self.engine.load_state_dict(state["engine"])

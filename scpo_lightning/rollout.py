@@ -145,7 +145,8 @@ def collect(
     ]
     rows: dict[str, list] = {k: [] for k in (
         "group_ids", "traj_ids", "steps", "prompt_ids", "response_ids", "anchors", "actions",
-        "observations", "responses", "rewards", "dones", "is_action_valid", "noop", "families")}
+        "observations", "responses", "rewards", "dones", "is_action_valid", "noop", "families",
+        "sampling_logprobs", "rollout_logprobs")}
     gen_s = env_s = 0.0
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
                TextColumn("active {task.fields[active]}"), TimeElapsedColumn())
@@ -187,7 +188,8 @@ def collect(
                     ("response_ids", gen.token_ids), ("anchors", obs[i]), ("actions", proj.action),
                     ("observations", res.observation), ("responses", gen.text), ("rewards", res.reward),
                     ("dones", done), ("is_action_valid", proj.valid), ("noop", res.noop),
-                    ("families", trajs[i]["family"]),
+                    ("families", trajs[i]["family"]), ("sampling_logprobs", gen.logprobs),
+                    ("rollout_logprobs", gen.policy_logprobs),
                 ):
                     rows[key].append(value)
                 traj = trajs[i]
@@ -204,8 +206,11 @@ def collect(
                     still_active.append(i)
             active = still_active
             bar.update(task_bar, completed=t + 1, active=len(active))
+    logprobs = {k: rows.pop(k) for k in ("sampling_logprobs", "rollout_logprobs")}
     batch = RolloutBatch(
         **{k: v for k, v in rows.items() if k not in ("rewards", "dones", "is_action_valid", "noop")},
+        # An engine reports log-probs for every row or for none (None then, not a list of Nones).
+        **{k: (None if any(v is None for v in rows_lp) else rows_lp) for k, rows_lp in logprobs.items()},
         rewards=np.asarray(rows["rewards"], dtype=np.float64),
         dones=np.asarray(rows["dones"], dtype=bool),
         is_action_valid=np.asarray(rows["is_action_valid"], dtype=bool),

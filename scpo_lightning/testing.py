@@ -74,11 +74,17 @@ def build_tiny_llama(
     num_layers: int = 2,
     num_heads: int = 2,
     seed: int = 0,
+    bf16_ties: float = 0.0,
+    init_std: float = 0.02,
 ) -> Path:
     """Save a tiny random ``LlamaForCausalLM`` and its tokenizer to ``directory``; return the path.
 
     The result loads like any HF checkpoint (``AutoModelForCausalLM.from_pretrained(directory)``,
-    ``scpo_lightning.policy.load_policy(str(directory))``).
+    ``scpo_lightning.policy.load_policy(str(directory))``). ``bf16_ties``: the share of weights
+    put exactly halfway between two bf16 values, as in weights dequantised from a 4-bit GGUF
+    (SmolLM2 Q4_1: ~10 %), for tests of ``scpo_lightning.precision``. ``init_std``: the weights'
+    initial standard deviation; 0.4 gives peaked next-token distributions (entropy ~1.8 nats, like
+    a trained model's) instead of near-uniform ones, so that small weight changes show in log-probs.
     """
     if hidden_size % num_heads or hidden_size // num_heads != 64:
         raise ValueError(f"hidden_size / num_heads must be 64 (vLLM-cpu head size), got {hidden_size}/{num_heads}")
@@ -98,9 +104,17 @@ def build_tiny_llama(
         eos_token_id=ids[EOS],
         pad_token_id=ids[PAD],
         tie_word_embeddings=False,
+        initializer_range=init_std,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if bf16_ties:
+        with torch.no_grad():
+            for param in model.parameters():
+                bits = param.view(torch.int32)
+                tie = torch.rand(param.shape) < bf16_ties
+                # Keep the upper 16 bits (a bf16 value), set the lower ones to exactly half a bf16 step.
+                bits[tie] = (bits[tie] & ~0xFFFF) | 0x8000
     model.generation_config = GenerationConfig(
         bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD]
     )

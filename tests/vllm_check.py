@@ -7,7 +7,10 @@ the global RNGs; batched greedy generation equal to the HF engine's (ids, text, 
 sampling reproducible, different per row, top-p applied; constrained mode equal to the HF engine's
 (greedy) and always a canonical candidate + EOS (sampled); after the policy's weights change, the
 next generate follows them exactly as the HF engine does, also for prompts whose prefix vLLM had
-cached under the old weights. Prints one JSON line of timings; any failure exits non-zero.
+cached under the old weights; the engine's per-token log-probs equal the trainer's recomputation
+(``scpo_lightning.logprobs.response_logprobs``) to 1e-4 in fp32, and in constrained mode they are
+the renormalised sampling distribution (≥ the policy's, 0 on forced tokens). Prints one JSON line
+of timings; any failure exits non-zero.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def main() -> None:
     from scpo_lightning.engines.constrained import candidate_token_ids
     from scpo_lightning.engines.factory import make_engine
     from scpo_lightning.engines.hf import HFEngine
+    from scpo_lightning.logprobs import response_logprobs
     from scpo_lightning.testing import build_tiny_llama
 
     timings: dict[str, float] = {}
@@ -117,6 +121,21 @@ def main() -> None:
         candidates = candidate_token_ids(tokenizer, actions, engine.eos_token_id, engine.stop_token_ids)
         assert gen.token_ids in candidates and gen.finished, f"constrained sample {gen.token_ids} is no candidate"
     assert len({g.text for g in sampled}) > 1, "constrained sampling always picked the same action"
+    for gen in sampled:  # q = π / Z_t ≥ π; the EOS after a complete candidate is forced (q = 1)
+        assert gen.policy_logprobs is None and len(gen.logprobs) == len(gen.token_ids), gen
+        assert abs(gen.logprobs[-1]) < 1e-5 and all(lp <= 1e-6 for lp in gen.logprobs), gen.logprobs
+
+    # Rollout log-probs = the trainer's recomputation, free mode, temperature 1 and 0.7, fp32.
+    largest = 0.0
+    for temperature in (1.0, 0.7):
+        free = engine.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=16, seed=11))
+        logp, _, mask = response_logprobs(policy, prompts, [g.token_ids for g in free], tokenizer.pad_token_id,
+                                          temperature, with_entropy=False)
+        for gen, row, m in zip(free, logp, mask):
+            assert gen.policy_logprobs == gen.logprobs and len(gen.logprobs) == len(gen.token_ids)
+            largest = max(largest, float((torch.tensor(gen.logprobs) - row[m.bool()]).abs().max()))
+    assert largest <= 1e-4, f"vLLM's log-probs differ from the recomputed ones by {largest:.2e} > 1e-4"
+    timings["max_logprob_diff"] = largest
 
     # Weight change: the next generate follows the policy, as HF does, with no explicit sync call.
     with torch.no_grad():
@@ -137,7 +156,7 @@ def main() -> None:
     engine.sync_weights()
     _same("after load_state_dict + sync_weights", engine.generate(prompts, greedy), hf.generate(prompts, greedy))
     print(json.dumps({"vllm_check": "ok", "min_greedy_margin": round(margin, 4),
-                      **{k: round(v, 2) for k, v in timings.items()}}))
+                      **{k: round(v, 2) if k.endswith("_s") else v for k, v in timings.items()}}))
 
 
 if __name__ == "__main__":  # vLLM may start worker processes with spawn, which re-imports this file

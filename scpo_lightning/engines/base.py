@@ -19,11 +19,22 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Generation:
-    """One response: its token ids (EOS included when generated) and decoded text."""
+    """One response: its token ids (EOS included when generated), decoded text and per-token log-probs.
+
+    ``logprobs[k]``: log-prob of token k under the distribution it was *sampled* from, the
+    behaviour policy: the policy's logits at the rollout temperature, after the constrained-mode
+    mask and top-p, renormalised (0.0 for greedy decoding, which is deterministic).
+    ``policy_logprobs[k]``: log-prob of token k under the policy itself at the rollout
+    temperature, over the whole vocabulary (no mask, no top-p), as the engine computed it: the
+    quantity the trainer recomputes for the PPO ratio, so the two differ only by numerics. In free
+    mode with top_p 1 (the paper's training setting) both lists are the same distribution.
+    """
 
     token_ids: list[int]
     text: str
     finished: bool  # True when EOS ended it, False when max_new_tokens cut it
+    logprobs: list[float] | None = None
+    policy_logprobs: list[float] | None = None
 
 
 class RolloutEngine(abc.ABC):

@@ -22,9 +22,13 @@ with ``Z_t`` the policy's mass on the allowed set (top-p then trims the tail of 
 ``pi``). Tokens with a single allowed continuation (the tags, the tail of a unique action, EOS)
 are forced: ``q = 1``.
 
-The engine returns no log-probs. Training recomputes the old log-probs (SPEC §4) of the sampled
-tokens under the *unconstrained* policy ``pi``, and the PPO ratio, KL and entropy are all computed
-on ``pi``. What that implies:
+Each ``Generation`` carries two per-token log-probs (``engines.base.Generation``), recorded
+while sampling from the very logits the sampler used: ``logprobs`` under ``q`` (the behaviour
+policy: mask, temperature, top-p) and ``policy_logprobs`` under ``pi`` at the rollout temperature
+(before the mask). Training recomputes the old log-probs (SPEC §4) of the sampled tokens under the
+*unconstrained* policy ``pi``, and the PPO ratio, KL and entropy are all computed on ``pi``;
+``policy_logprobs`` is what the rollout-vs-train mismatch and the rollout correction compare with.
+What that implies in constrained mode, where ``log q - log pi = -log Z_t >= 0``:
 
 - ``grad log pi(y_t) = grad log q(y_t) + grad log Z_t``: the update is the policy gradient of the
   constrained sampler plus a term that, with a positive advantage, raises the policy's mass on
@@ -35,7 +39,9 @@ on ``pi``. What that implies:
   they act on the rest of the policy only through the shared weights.
 - The samples are off-policy for ``pi`` (they come from ``q``) and the ratio does not correct
   for it: the objective is a heuristic, not an unbiased estimator of the free-mode objective. The
-  KL term measures ``pi`` against the reference, not ``q``.
+  KL term measures ``pi`` against the reference, not ``q``. The rollout correction
+  (``model.rollout_correction``) corrects numerics (``pi`` as sampled vs ``pi`` as trained),
+  not this: weighting by ``pi / q = Z_t`` would all but erase the forced tokens.
 
 It is a convenience for small models that never write the paper's format zero-shot (e.g.
 SmolLM2-135M on CPU); results comparable to the paper use free mode.
@@ -50,6 +56,7 @@ from collections.abc import Sequence
 import torch
 from transformers import (
     GenerationConfig,
+    LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -71,6 +78,36 @@ def _as_id_list(value: int | Sequence[int] | None) -> list[int]:
     if value is None:
         return []
     return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+
+
+class TokenLogprobRecorder(LogitsProcessor):
+    """Records ``log_softmax(scores / temperature)`` at each sampled token, leaving scores untouched.
+
+    A processor sees a step's scores before its token is drawn; the token appears as the last
+    column of ``input_ids`` at the next call (or in the final sequences, ``finish``), so only the
+    current step's log-softmax row is held, never the whole [steps, batch, vocab] history.
+    """
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = temperature
+        self._pending: torch.Tensor | None = None
+        self._values: list[torch.Tensor] = []
+
+    def _flush(self, tokens: torch.Tensor) -> None:
+        if self._pending is not None:
+            self._values.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1))
+            self._pending = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._flush(input_ids[:, -1])
+        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[batch, new tokens] log-probs, given the generated sequences (prompt columns included)."""
+        self._flush(sequences[:, -1])
+        steps = len(self._values)
+        return torch.stack(self._values, dim=1) if steps else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
 
 
 class HFEngine(RolloutEngine):
@@ -170,7 +207,10 @@ class HFEngine(RolloutEngine):
             input_ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
             attention_mask[row, width - len(prompt) :] = 1
 
-        processors = LogitsProcessorList()
+        greedy = params.temperature == 0
+        # First: pi at the rollout temperature, from the logits as the model gave them.
+        policy_recorder = TokenLogprobRecorder(1.0 if greedy else params.temperature)
+        processors = LogitsProcessorList([policy_recorder])
         max_new_tokens = params.max_new_tokens
         if allowed is not None:
             candidates = [
@@ -184,12 +224,14 @@ class HFEngine(RolloutEngine):
                 )
             max_new_tokens = longest  # every candidate fits, nothing is cut
             processors.append(TrieLogitsProcessor([TokenTrie(c) for c in candidates], width, self.eos_token_id))
-        greedy = params.temperature == 0
         # The warpers come after the trie mask, so temperature and top-p act on the allowed tokens only.
         if not greedy and params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
         if not greedy and params.top_p < 1.0:
             processors.append(TopPLogitsWarper(params.top_p))
+        # Last: q, the distribution the token is drawn from (HF samples softmax of these scores).
+        sampler_recorder = TokenLogprobRecorder(1.0)
+        processors.append(sampler_recorder)
         config = GenerationConfig(
             do_sample=not greedy,
             max_new_tokens=max_new_tokens,
@@ -208,15 +250,21 @@ class HFEngine(RolloutEngine):
             synced_gpus=False,
             **_NO_MODEL_DEFAULTS,
         )
-        return [self._to_generation(row) for row in out[:, width:].tolist()]
+        policy_logp = policy_recorder.finish(out).tolist()
+        sampler_logp = sampler_recorder.finish(out).tolist()
+        if greedy:
+            sampler_logp = [[0.0] * len(row) for row in sampler_logp]
+        return [self._to_generation(row, lp, sp)
+                for row, lp, sp in zip(out[:, width:].tolist(), policy_logp, sampler_logp)]
 
-    def _to_generation(self, new_tokens: list[int]) -> Generation:
+    def _to_generation(self, new_tokens: list[int], policy_logp: list[float], sampler_logp: list[float]) -> Generation:
         stops = set(self.stop_token_ids)
         end = next((k for k, tok in enumerate(new_tokens) if tok in stops), None)
         # After a row's EOS, HF fills the rest of the batch width with padding: cut it off.
-        token_ids = new_tokens if end is None else new_tokens[: end + 1]
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        return Generation(token_ids=token_ids, text=text, finished=end is not None)
+        n = len(new_tokens) if end is None else end + 1
+        text = self.tokenizer.decode(new_tokens[:n], skip_special_tokens=True)
+        return Generation(token_ids=new_tokens[:n], text=text, finished=end is not None,
+                          logprobs=sampler_logp[:n], policy_logprobs=policy_logp[:n])
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:

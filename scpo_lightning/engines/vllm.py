@@ -37,6 +37,14 @@ given seed and batch; the same seed does not reproduce the HF engine's samples (
 but greedy decoding matches it token for token. vLLM seeds the global RNGs when it starts; the
 engine restores them, so building it does not perturb training randomness. Constrained mode uses
 the HF engine's trie (``engines.vllm_constrained``), so both engines constrain identically.
+
+Log-probs: vLLM runs with ``logprobs_mode="processed_logprobs"`` and returns, per sampled token,
+its log-prob under the distribution it was drawn from (after the trie mask, temperature and
+top-p): ``Generation.logprobs``, the behaviour policy, as the HF engine reports it. vLLM gives one
+kind of log-prob per engine, so ``Generation.policy_logprobs`` (the policy at the rollout
+temperature over the whole vocabulary) is the same list where that is the same distribution
+(free mode, top_p 1: the paper's training setting) and None otherwise (constrained mode, top-p
+< 1), where the rollout mismatch metrics and ``model.rollout_correction`` are not available.
 """
 
 from __future__ import annotations
@@ -162,6 +170,7 @@ class VLLMEngine(RolloutEngine):
             enforce_eager=enforce_eager,
             enable_sleep_mode=sleep_during_update,
             logits_processors=[TrieLogitsProcessor],
+            logprobs_mode="processed_logprobs",  # the sampled token's log-prob under q (see above)
         )
         if distributed:
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -244,11 +253,20 @@ class VLLMEngine(RolloutEngine):
             requests.append(self._vllm.SamplingParams(
                 temperature=params.temperature, top_p=params.top_p, top_k=0, max_tokens=max_tokens,
                 seed=int(seeds[i]), stop_token_ids=self.stop_token_ids, detokenize=False, extra_args=extra,
+                logprobs=0,  # the sampled token's own log-prob only
             ))
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], requests, use_tqdm=False)
-        return [self._to_generation(out.outputs[0]) for out in outputs]
+        # q is pi at the rollout temperature only without a mask and without a nucleus cut (greedy:
+        # vLLM's processed log-probs are then pi at temperature 1, as the HF engine reports them).
+        same = allowed is None and params.top_p >= 1.0
+        return [self._to_generation(out.outputs[0], same, params.temperature == 0) for out in outputs]
 
-    def _to_generation(self, completion: Any) -> Generation:
+    def _to_generation(self, completion: Any, policy_is_sampler: bool, greedy: bool) -> Generation:
         token_ids = list(completion.token_ids)
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # as the HF engine decodes
-        return Generation(token_ids=token_ids, text=text, finished=completion.finish_reason == "stop")
+        if len(completion.logprobs or ()) != len(token_ids):
+            raise RuntimeError(f"vLLM returned {len(completion.logprobs or ())} log-probs for {len(token_ids)} tokens")
+        values = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, token_ids)]
+        return Generation(token_ids=token_ids, text=text, finished=completion.finish_reason == "stop",
+                          logprobs=[0.0] * len(values) if greedy else values,
+                          policy_logprobs=values if policy_is_sampler else None)

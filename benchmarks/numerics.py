@@ -1,0 +1,138 @@
+"""Log-prob noise vs update size, and speed, for the quickstart policy under each precision.
+
+On recorded quickstart rows (``benchmarks/data/alfworld``, SmolLM2-135M-Instruct from its GGUF),
+for each way of computing:
+
+- ``bf16_tied``: the fp32 weights as dequantised (9.6 % of them bf16 ties), bf16 autocast for
+  everything, bf16 logits: the quickstart before this benchmark;
+- ``bf16_grid``: weights snapped onto the bf16 grid once, bf16 autocast, fp32 LM head (the default
+  now, ``model.bf16_grid: auto``);
+- ``fp32``: no autocast at all.
+
+it takes ONE AdamW step (the quickstart's loss: PPO clip, entropy, k3 KL) at lr 1e-6 and at lr
+1e-7, with random ±1-sized advantages and with zero advantages (the entropy term alone), and reports, against the weights before the step, the mean
+k3 KL per response token and the mean |Δ log-prob|: an update should move them by what the
+learning rate says (both shrink ≥ 10x with a 10x smaller step when the noise floor is gone). It
+also reports what depends on batching alone (the same rows, micro-batches of 8 vs 5), how far
+bf16 sampling is from fp32 training on the same weights, and seconds per row of the update's
+forward+backward and of a no-grad forward (the log-prob passes; prefill-like).
+
+    python -m benchmarks.numerics [--rows 32] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import time
+
+import torch
+
+from benchmarks.common import load_average, machine, write_result
+from benchmarks.record_batches import load_batches
+from scpo_lightning.logprobs import response_logprobs
+from scpo_lightning.losses import k3_kl, policy_loss
+from scpo_lightning.policy import SMOLLM2_GGUF, load_policy
+from scpo_lightning.precision import bf16_tie_fraction, fp32_output_head, off_bf16_grid_fraction, snap_to_bf16_grid_
+
+VARIANTS = {  # name: (snap weights onto the bf16 grid, fp32 LM head, autocast dtype)
+    "bf16_tied": (False, False, torch.bfloat16),
+    "bf16_grid": (True, True, torch.bfloat16),
+    "fp32": (False, True, None),
+}
+LRS = (1e-6, 1e-7)
+ADVANTAGES = ("random", "zero")
+
+
+def autocast(dtype: torch.dtype | None):
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def logprobs(model, rows, micro: int, dtype, pad_id: int) -> list[torch.Tensor]:
+    """Per-row response log-probs, no grad, in micro-batches of ``micro`` rows."""
+    out = []
+    with torch.no_grad(), autocast(dtype):
+        for s in range(0, len(rows), micro):
+            chunk = rows[s : s + micro]
+            lp, _, mask = response_logprobs(model, [p for p, _ in chunk], [r for _, r in chunk], pad_id, 1.0, False)
+            out.extend(x[m.bool()] for x, m in zip(lp, mask))
+    return out
+
+
+def compare(a: list[torch.Tensor], b: list[torch.Tensor]) -> dict[str, float]:
+    """Mean k3 KL (samples: the rows' tokens, b as the reference), mean and max |Δ log-prob|."""
+    x, y = torch.cat(a), torch.cat(b)
+    d = (x - y).abs()
+    return {"k3_kl": float(k3_kl(x, y, clamp=1e9).mean()), "mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max())}
+
+
+def one_step(model, rows, adv, lr: float, micro: int, dtype, pad_id: int, old, ref) -> float:
+    """One AdamW step of the quickstart loss over all ``rows`` (one mini-batch); returns its seconds."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    model.train()
+    start = time.perf_counter()
+    chunks = range(0, len(rows), micro)
+    for s in chunks:
+        chunk = rows[s : s + micro]
+        with autocast(dtype):
+            lp, ent, mask = response_logprobs(model, [p for p, _ in chunk], [r for _, r in chunk], pad_id, 1.0, True)
+        width = lp.shape[1]
+        pad = lambda xs: torch.stack([torch.nn.functional.pad(t, (0, width - len(t))) for t in xs])  # noqa: E731
+        out = policy_loss(lp, pad(old[s : s + micro]), pad(ref[s : s + micro]), adv[s : s + micro], mask, ent,
+                          0.2, 3.0, 0.001, 0.01, 10.0)
+        (out.loss / len(chunks)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    model.eval()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=32, help="recorded rows to use (from batch_00 on)")
+    parser.add_argument("--micro", type=int, default=8, help="rows per micro-batch (the quickstart's)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    started = machine()
+    batch = load_batches("alfworld", pattern="batch_00.pkl.xz")[0][1]
+    rows = list(zip(batch.prompt_ids, batch.response_ids))[: args.rows]
+    base, tokenizer = load_policy(SMOLLM2_GGUF, torch_dtype="float32")
+    base.eval()
+    pad_id = tokenizer.pad_token_id
+    gen = torch.Generator().manual_seed(0)
+    advantages = {"random": torch.randn(len(rows), generator=gen), "zero": torch.zeros(len(rows))}
+    result = {"benchmark": "numerics", "rows": len(rows), "micro_batch_rows": args.micro,
+              "response_tokens": sum(len(r) for _, r in rows), "prompt_tokens_mean": sum(len(p) for p, _ in rows) / len(rows),
+              "bf16_tie_fraction_as_loaded": bf16_tie_fraction(base), "variants": {}}
+    for name, (snap, head32, dtype) in VARIANTS.items():
+        model = copy.deepcopy(base)
+        if snap:
+            snap_to_bf16_grid_(model)
+        if head32:
+            fp32_output_head(model)
+        t0 = time.perf_counter()
+        before = logprobs(model, rows, args.micro, dtype, pad_id)
+        forward_s = time.perf_counter() - t0
+        other = logprobs(model, rows, 5, dtype, pad_id)
+        entry = {"off_bf16_grid_fraction": off_bf16_grid_fraction(model), "forward_s_per_row": forward_s / len(rows),
+                 "batching_8_vs_5": compare(other, before)}
+        if dtype is not None:  # the same weights without autocast: what a bf16 sampler differs from fp32 training by
+            entry["vs_fp32_same_weights"] = compare(before, logprobs(model, rows, args.micro, None, pad_id))
+        for kind in ADVANTAGES:
+            for lr in LRS:
+                stepped = copy.deepcopy(model)
+                seconds = one_step(stepped, rows, advantages[kind], lr, args.micro, dtype, pad_id, before, before)
+                after = logprobs(stepped, rows, args.micro, dtype, pad_id)
+                entry[f"{kind}_advantages_lr_{lr:g}"] = {**compare(after, before), "update_s_per_row": seconds / len(rows)}
+                del stepped
+        result["variants"][name] = entry
+        print(name, entry, flush=True)
+    result["machine"] = started
+    result["load_average_end"] = load_average()
+    write_result("numerics", result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""What ``SCPOModule.configure_model`` decides before and around loading the policy: which device
+mesh to shard over, whether any computation reads the weights in bf16, and the LoRA wrapper.
+
+Each check fails before anything loads, naming the config field and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def data_parallel_mesh(strategy: Any, device_mesh: Any, lora_rank: int, reference_offload: bool) -> Any:
+    """The data-parallel device mesh under ModelParallelStrategy; None on a single device."""
+    from lightning.pytorch.strategies import ModelParallelStrategy, SingleDeviceStrategy
+
+    if isinstance(strategy, ModelParallelStrategy):
+        if device_mesh["tensor_parallel"].size() != 1:
+            raise ValueError("trainer.strategy: ModelParallelStrategy needs tensor_parallel_size: 1 (HF models "
+                             "have no tensor-parallel plan here); set data_parallel_size to the device count")
+        if lora_rank > 0:
+            raise ValueError("model.lora_rank > 0 is not supported with ModelParallelStrategy (LoRA under "
+                             "FSDP2 is untested); train LoRA on one device or set lora_rank: 0")
+        return device_mesh["data_parallel"]
+    if strategy is not None and not isinstance(strategy, SingleDeviceStrategy):
+        # DDP/FSDP1/DeepSpeed: several backward passes and optimizer steps per training_step break
+        # DDP's reducer, and FSDP1 cannot keep weights gathered for generation (scpo_lightning.sharding).
+        raise ValueError(
+            f"trainer.strategy: {type(strategy).__name__} is not supported; for several devices use "
+            "ModelParallelStrategy (FSDP2) with data_parallel_size: <devices> and tensor_parallel_size: 1 "
+            "(docs/scaling.md)")
+    if reference_offload:
+        raise ValueError("model.reference_offload offloads the sharded reference: it needs trainer.strategy "
+                         "ModelParallelStrategy; set it to false on one device")
+    return None
+
+
+def bf16_compute(trainer_precision: str, torch_dtype: str, engine: str, generation_autocast: str | None,
+                 engine_options: dict[str, Any] | None) -> bool:
+    """Whether any configured computation reads the weights in bf16 (what model.bf16_grid: auto asks):
+    the trainer's autocast, the HF engine's generation autocast, a bf16 vLLM copy, or bf16 weights."""
+    options = engine_options or {}
+    generation = options.get("autocast_dtype", generation_autocast) if engine == "hf" else options.get("dtype")
+    return trainer_precision.startswith("bf16") or generation == "bfloat16" or torch_dtype == "bfloat16"
+
+
+def with_lora(policy: torch.nn.Module, rank: int) -> torch.nn.Module:
+    """``policy`` wrapped with LoRA adapters of ``rank`` on every linear layer (peft)."""
+    try:
+        import peft
+    except ImportError as exc:
+        raise ImportError("model.lora_rank > 0 needs peft: pip install -e '.[lora]'") from exc
+    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
+    return peft.get_peft_model(policy, config)

@@ -1,0 +1,106 @@
+"""In the real training loop: the PPO ratio starts at exactly 1, and one small step moves the policy
+by what the step is, not by bf16 rounding (docs/numerics.md).
+
+The tiny policy gets 10 % of its weights on bf16 ties, as SmolLM2's dequantised GGUF has (under
+bf16 autocast, any update flips them by half a bf16 step), and weights large enough for peaked
+next-token distributions, as a trained model has (small changes then show in the log-probs). Advantages are zero, so the first
+optimizer step is AdamW's first step on the entropy term alone: every weight moves by ~lr.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+import scpo_lightning.module as module_py
+from scpo_lightning.datamodule import RolloutDataModule
+from scpo_lightning.losses import RolloutCorrection, k3_kl
+from scpo_lightning.module import SCPOModule
+from scpo_lightning.rollout import RolloutConfig
+from scpo_lightning.testing import build_tiny_llama
+
+
+@pytest.mark.parametrize("precision, generation", [("32-true", None), ("32-true", "bfloat16"), ("bf16-mixed", "bfloat16")])
+def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path, monkeypatch, precision, generation):
+    calls = []
+    real_loss = module_py.policy_loss
+
+    def spy(logp, old_logp, ref_logp, advantages, mask, *args, **kwargs):
+        calls.append((logp.detach().clone(), old_logp.clone(), ref_logp.clone(), mask.bool()))
+        return real_loss(logp, old_logp, ref_logp, advantages, mask, *args, **kwargs)
+
+    monkeypatch.setattr(module_py, "policy_loss", spy)
+    monkeypatch.setattr(SCPOModule, "advantages", lambda self, batch: np.zeros(len(batch)))
+    torch.manual_seed(0)
+    # 3 mini-batches of near-equal size cut into micro-batches of 3: a grouping that contiguous
+    # 3-row chunks over the whole batch would not reproduce.
+    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny", bf16_ties=0.1, init_std=0.4)), lr=1e-6, kl_coef=0.01,
+                        mini_batch_rows=5, micro_batch_rows=3, generation_batch_size=8, generation_autocast=generation)
+    data = RolloutDataModule(
+        env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
+        val_episodes=0, max_new_tokens=12, progress=False,
+        rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained", max_prompt_tokens=4096))
+    trainer = L.Trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,
+                        precision=precision, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(module, data)
+
+    steps = module.step_metrics
+    assert len(steps) >= 2 and all(s["applied"] for s in steps)
+    plan = module_py.distributed.update_plan(int(module.last_metrics["train/rows"]), 5, 3)
+    first = len(plan[0][0])
+    assert first >= 2  # at least one micro-batch that contiguous chunks would group differently
+    for logp, old, ref, mask in calls[:first]:
+        # Before any step the policy is π_old, computed in the same micro-batch: bit for bit.
+        assert torch.equal(logp[mask], old[mask]) and torch.equal(old[mask], ref[mask])
+    assert steps[0]["clip_frac"] == 0.0 and steps[0]["kl"] == 0.0
+    # The second mini-batch sees the policy after one step at lr 1e-6.
+    logp, old, ref, mask = calls[first]
+    delta = (logp - ref)[mask].abs()
+    assert float(k3_kl(logp[mask], ref[mask]).mean()) < 1e-3
+    # A bf16 trainer rounds every matmul output: a small change of its inputs flips some roundings
+    # by a whole bf16 step, a floor of ~0.015 nats mean |Δ| whatever the step (docs/numerics.md).
+    assert float(delta.mean()) < (1e-2 if precision == "32-true" else 5e-2)
+    assert steps[1]["kl"] < 1e-3
+    # The sampler's own log-probs of π: equal to the trainer's where both compute in fp32.
+    diff = module.last_metrics["rollout/logprob_diff_max"]
+    assert diff <= 1e-4 if generation is None else 0.0 < diff < 1.0
+
+
+def _fit_one_iteration(tmp_path, **module_kw) -> SCPOModule:
+    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny", init_std=0.4)), lr=1e-6, mini_batch_rows=5,
+                        micro_batch_rows=3, generation_batch_size=8, **module_kw)
+    data = RolloutDataModule(
+        env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
+        val_episodes=0, max_new_tokens=12, progress=False,
+        rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="free", max_prompt_tokens=4096))
+    trainer = L.Trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,
+                        logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(module, data)
+    return module
+
+
+def test_rollout_logprobs_as_old_skip_the_recompute_and_still_measure_the_mismatch(tmp_path, monkeypatch):
+    passes = []
+    real = module_py.response_logprobs
+    monkeypatch.setattr(module_py, "response_logprobs", lambda *a, **k: passes.append(k["with_entropy"]) or real(*a, **k))
+    module = _fit_one_iteration(tmp_path, old_logprobs="rollout", kl_coef=0.0)
+    assert passes and all(passes)  # every forward was an update pass: no recompute pass ran
+    m = module.last_metrics
+    # fp32 sampler and trainer, measured on the first mini-batch before the policy moved.
+    assert m["rollout/logprob_diff_max"] <= 1e-4 and m["rollout/logprob_k3"] <= 1e-8
+    assert abs(m["rollout/sampling_logprob_gap"]) <= 1e-4  # free mode, top_p 1: q is π
+
+
+@pytest.mark.parametrize("mode", ["tis", "mask"])
+def test_rollout_correction_in_the_loop_keeps_every_token_when_sampler_and_trainer_agree(tmp_path, mode):
+    module = _fit_one_iteration(tmp_path, rollout_correction=RolloutCorrection(mode=mode, cap=2.0))
+    assert module.last_metrics["train/kept_frac"] == 1.0
+    assert all(s["kept_frac"] == 1.0 for s in module.step_metrics)
+
+
+def test_rollout_old_logprobs_and_a_correction_exclude_each_other(tmp_path):
+    with pytest.raises(ValueError, match=r"model\.rollout_correction corrects π_old.*old_logprobs: rollout"):
+        SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), old_logprobs="rollout",
+                   rollout_correction=RolloutCorrection(mode="tis"))
