@@ -4,18 +4,25 @@ LightningCLI wires ``SCPOModule`` (policy, reference, PPO update) and ``RolloutD
 (environments, rollout loop); SCPO, logging, checkpointing and export are callbacks named in the
 YAML. Resume a killed run with ``--ckpt_path last``: checkpoints are written by
 ``AtomicCheckpointIO`` (write-then-rename), so a run killed mid-write keeps its previous one.
+A bad setting or missing data ends the command with its message and exit status 1, no traceback
+(``SCPO_DEBUG=1`` shows it: ``scpo_lightning/cli_errors.py``).
 """
 
 from __future__ import annotations
 
+import sys
+
 from scpo_lightning import distributed
 from scpo_lightning.cli import SCPOCLI
+from scpo_lightning.cli_errors import run_reporting_errors, show_project_logs
 from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.module import SCPOModule
 
 
 def main(args: list[str] | None = None) -> None:
-    """``args``: the command line (default ``sys.argv[1:]``); ``--dry_run true`` builds and stops."""
+    """``args``: the command line (default ``sys.argv[1:]``); ``--dry_run true`` builds and stops.
+    Errors are raised (for callers in Python); the command line reports them (below)."""
+    show_project_logs()
     SCPOCLI(
         SCPOModule,
         RolloutDataModule,
@@ -29,4 +36,4 @@ def main(args: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_reporting_errors(main))

@@ -10,6 +10,7 @@ What no phase accounts for inside an iteration (logging, the credit heatmap, che
 reported as ``other_s``; validation is reported per run, apart from the iterations.
 
     python -m benchmarks.iteration_breakdown [--max-epochs 3] [--save-batches] [training CLI overrides, e.g. --data.workers=4]
+    python -m benchmarks.iteration_breakdown --compare [--rows 32]   # rows/s per setting, same batch (benchmarks.iteration_speed)
 
 With the quickstart's settings (validation before training and every 2 iterations) the default
 run collects 3 training batches and 2 validation runs: about 10 minutes on 2 quiet cores, several
@@ -178,6 +179,14 @@ def summarise(iterations: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if "--compare" in argv:  # old vs new settings on one recorded batch
+        from benchmarks import iteration_speed
+
+        iteration_speed.main([a for a in argv if a != "--compare"])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-epochs", type=int, default=3, help="training iterations to run")
     parser.add_argument("--save-batches", action="store_true",

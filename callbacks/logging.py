@@ -20,6 +20,7 @@ from callbacks.heatmap import credit_heatmap
 from callbacks.scpo import SCPOCallback
 from envs.workers import WORKERS_RESTARTED
 from scpo_lightning.batch import RolloutBatch
+from scpo_lightning.config_checks import check_rl_logger
 from scpo_lightning.distributed import batch_metrics, reduce_scalars
 from scpo_lightning.scpo import credit_path
 
@@ -34,6 +35,7 @@ class RLLogger(L.Callback):
     """
 
     def __init__(self, heatmap_every: int = 1, trajectories: int = 2, text_every: int = 5):
+        check_rl_logger(locals())
         self.heatmap_every, self.trajectories, self.text_every = heatmap_every, trajectories, text_every
         self.env_failure_totals: dict[str, float] = {}  # since the run began (kept in checkpoints)
         self._val_failures: dict[str, float] = {}

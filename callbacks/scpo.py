@@ -23,7 +23,9 @@ import lightning as L
 import numpy as np
 
 from scpo_lightning.batch import RolloutBatch
+from scpo_lightning.config_checks import check_scpo_callback
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
+from scpo_lightning.scorers.factory import check_scorer_options
 from scpo_lightning.shaper import SCPOConfig, ShapingPlan, apply_plan, plan_shaping
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,10 @@ def check_scorer(name: str, options: dict[str, Any]) -> None:
     """Fail at config time, before any model loads, when the chosen scorer cannot be built."""
     if name not in SCORERS:
         raise ValueError(f"SCPOCallback.scorer={name!r}: choose one of {sorted(SCORERS)}")
+    try:
+        check_scorer_options(name, options)
+    except ValueError as exc:
+        raise ValueError(f"SCPOCallback.scorer_options: {exc}") from None
     if name == "bge":
         if importlib.util.find_spec("FlagEmbedding") is None:
             raise ImportError("SCPOCallback.scorer=bge needs FlagEmbedding: pip install -e '.[bge]'")
@@ -91,10 +97,7 @@ class SCPOCallback(L.Callback):
         scorer_timeout_s: float | None = 1800.0,
         seed: int = 0,
     ):
-        if on_scorer_error not in ON_SCORER_ERROR:
-            raise ValueError(f"SCPOCallback.on_scorer_error must be one of {ON_SCORER_ERROR}; got {on_scorer_error!r}")
-        if scorer_timeout_s is not None and not scorer_timeout_s > 0:
-            raise ValueError(f"SCPOCallback.scorer_timeout_s must be > 0 seconds or null (no limit); got {scorer_timeout_s}")
+        check_scpo_callback(locals())  # its own values (scpo_lightning/config_checks.py); SCPOConfig's next
         try:
             self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
                                      order=order, order_partitions=order_partitions, monotonic=monotonic)

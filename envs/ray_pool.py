@@ -20,17 +20,27 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from envs.base import TextEnv
-from envs.workers import WORKER_DIED, WORKER_TIMEOUT, EnvFactory, EnvPool, Worker, WorkerFailed, run_op
+from envs.workers import (WORKER_DIED, WORKER_TIMEOUT, EnvFactory, EnvPool, RemoteError, Worker, WorkerFailed,
+                          raise_remote, remote_error, run_op)
 
 
 class _EnvActor:
     """The remote side: ``n_envs`` envs in one Ray worker process."""
 
     def __init__(self, factory: EnvFactory, n_envs: int):
-        self.envs: list[TextEnv] = [factory() for _ in range(n_envs)]
+        self.envs: list[TextEnv] = []
+        self.error: RemoteError | None = None  # reported by RayWorker.wait_ready as the env's own error
+        try:
+            self.envs = [factory() for _ in range(n_envs)]
+        except Exception as exc:  # noqa: BLE001 - any setup error: only its message must cross
+            self.error = remote_error(exc)
 
     def pid(self) -> int:
         return os.getpid()
+
+    def started(self) -> tuple[int, RemoteError | None]:
+        """The actor's pid and what went wrong while it built its envs (None: nothing)."""
+        return os.getpid(), self.error
 
     def run(self, op: str, payload: list) -> list[tuple[str, Any]]:
         return run_op(self.envs, op, payload)
@@ -52,16 +62,19 @@ class RayWorker(Worker):
 
     def __init__(self, factory: EnvFactory, n_envs: int):
         self.actor = _RemoteEnvActor.remote(factory, n_envs)
-        self._pid_ref = self.actor.pid.remote()  # answers once the envs are built
+        self._started_ref = self.actor.started.remote()  # answers once the envs are built (or failed to be)
         self.pid: int | None = None
         self._ref: Any = None
 
     def wait_ready(self) -> None:
         if self.pid is None:
             try:
-                self.pid = ray.get(self._pid_ref, timeout=self.startup_timeout_s)
+                pid, error = ray.get(self._started_ref, timeout=self.startup_timeout_s)
             except (RayActorError, GetTimeoutError) as exc:
                 raise RuntimeError(f"env actor could not build its envs:\n{exc}") from None
+            if error is not None:
+                raise_remote(error, f"in env actor pid {pid} while it built its envs")
+            self.pid = pid
 
     def submit(self, op: str, payload: list) -> None:
         self.wait_ready()

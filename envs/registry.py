@@ -77,6 +77,56 @@ def check_options(name: str, options: dict[str, Any]) -> None:
         raise type(exc)(f"data.env_options: {exc}") from None
 
 
+def check_splits(name: str, options: dict[str, Any] | None, train_split: str, val_split: str | Sequence[str],
+                 val_stop: int) -> None:
+    """Start-up check of the splits a run plays, before any model or game loads: each exists (on
+    the real ALFWorld dataset: its folder) and the validation split holds tasks up to ``val_stop``
+    (data.val_start_index + data.val_episodes, over a list of splits in order; 0 = no validation,
+    its split is not checked). Logs
+    which ALFWorld games the run plays and why."""
+    options = dict(options or {})
+    if name == "alfworld":
+        from envs.alfworld.env import AlfworldConfig, announce_source
+
+        announce_source(AlfworldConfig(**options))
+    try:
+        _checked_split_size(name, options, train_split, counted=False)
+    except ValueError as exc:
+        raise type(exc)(f"data.train_split={train_split!r}: {exc}") from None
+    if not val_stop:
+        return
+    splits = [val_split] if isinstance(val_split, str) else list(val_split)
+    sizes = []
+    for k, split in enumerate(splits):
+        try:
+            size = _checked_split_size(name, options, split, counted=True)
+        except ValueError as exc:
+            raise type(exc)(f"data.val_split={val_split!r}: {exc}") from None
+        if size is None and k < len(splits) - 1:  # the next split's tasks would start at an unknown index
+            raise ValueError(f"data.val_split={val_split!r}: the size of {split!r} is unknown here, so only the "
+                             "last split of the list may be one of unknown size; reorder the list")
+        sizes.append(size)
+    if None not in sizes and val_stop > sum(sizes):
+        raise ValueError(f"data.val_split={val_split!r} holds {sum(sizes)} tasks, but data.val_start_index + "
+                         f"data.val_episodes = {val_stop}; lower them to fit")
+
+
+def _checked_split_size(name: str, options: dict[str, Any], split: str, counted: bool) -> int | None:
+    """Raises for a split the env does not have; its number of tasks when ``counted`` and cheap to know."""
+    if name == "alfworld":
+        from envs.alfworld.env import AlfworldConfig, check_split
+
+        return check_split(AlfworldConfig(**options), split, counted)
+    if name == "webshop":
+        from envs.webshop.catalog import NUM_VALID_GOALS
+        from envs.webshop.env import SPLITS
+
+        if split not in SPLITS:
+            raise ValueError(f"WebShop has no split {split!r}; choose one of {SPLITS}")
+        return NUM_VALID_GOALS if split == "valid" else None  # at most; the goals past them train
+    return None  # corridor: every split and index is a task
+
+
 class _Factory:
     def __init__(self, name: str, options: dict[str, Any]):
         self.name, self.options = name, options

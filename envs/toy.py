@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from envs.base import Reset, TextEnv, Transition
+from scpo_lightning.config_checks import check, count
 
 ACTIONS = ["go east", "go west", "look"]
 
@@ -19,8 +20,7 @@ class CorridorEnv(TextEnv):
     """A corridor of ``rooms`` rooms; (split, index) fixes the start and the goal."""
 
     def __init__(self, rooms: int = 4, max_steps: int = 8):
-        if rooms < 2:
-            raise ValueError(f"CorridorEnv.rooms must be >= 2; got {rooms}")
+        check("CorridorEnv", CorridorEnv, locals(), {"rooms": count(2), "max_steps": count(1)})
         self.rooms, self.max_steps = rooms, max_steps
         self.pos = self.goal = 0
 

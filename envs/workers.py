@@ -22,11 +22,13 @@ Backends: ``Worker`` is the seam. ``ProcessWorker`` (multiprocessing, one machin
 from __future__ import annotations
 
 import abc
+import copy
 import multiprocessing as mp
+import pickle
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, NoReturn, Sequence, TypeVar
 
 from envs.base import Reset, TextEnv, Transition
 
@@ -72,16 +74,43 @@ class Worker(abc.ABC):
         self.kill()
 
 
+#: An exception raised in a worker as the parent receives it: the exception and its traceback text.
+RemoteError = tuple[BaseException, str]
+
+
+def remote_error(exc: BaseException) -> RemoteError:
+    """What a worker sends back for ``exc``: the exception itself (or, when it does not survive
+    pickling, a RuntimeError with its type and message) and the traceback it had there."""
+    text = "".join(traceback.format_exception(exc))
+    try:
+        # dumps: every attribute pickles; deepcopy rebuilds it as unpickling would (cls(*args)),
+        # without calling pickle.loads in a process that handles model text (tests/test_security.py).
+        pickle.dumps(exc)
+        copy.deepcopy(exc)
+    except Exception:  # noqa: BLE001 - any exception type: only its message must cross
+        exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc, text
+
+
+def raise_remote(error: RemoteError, where: str) -> NoReturn:
+    """Raise a worker's exception in this process as itself, so a setup error (a missing split, a
+    bad game file) reads as its own message; the worker's traceback is kept as a note, printed
+    with the traceback (train.py prints it under SCPO_DEBUG=1)."""
+    exc, text = error
+    exc.add_note(f"raised {where}; its traceback there:\n{text}")
+    raise exc
+
+
 def run_op(envs: list[TextEnv], op: str, payload: list) -> list[tuple[str, Any]]:
-    """Apply ``op`` to the addressed envs: per env ("ok", value) or ("error", traceback). Shared by
-    every backend, so one env's failure is reported the same way whichever process ran it."""
+    """Apply ``op`` to the addressed envs: per env ("ok", value) or ("error", RemoteError). Shared
+    by every backend, so one env's failure is reported the same way whichever process ran it."""
     out = []
     for slot, *args in payload:
         try:
             value = envs[slot].reset(*args) if op == "reset" else envs[slot].step(*args)
             out.append(("ok", value))
-        except Exception:  # noqa: BLE001 - one env's failure must not take the others down
-            out.append(("error", traceback.format_exc(limit=3)))
+        except Exception as exc:  # noqa: BLE001 - one env's failure must not take the others down
+            out.append(("error", remote_error(exc)))
     return out
 
 
@@ -89,8 +118,8 @@ def _serve(conn, factory: EnvFactory, n_envs: int) -> None:
     """Worker process main loop: build the envs, then answer (op, payload) messages."""
     try:
         envs = [factory() for _ in range(n_envs)]
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("error", traceback.format_exc()))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", remote_error(exc)))
         return
     conn.send(("ready", None))
     while True:
@@ -130,7 +159,7 @@ class ProcessWorker(Worker):
         if not self._ready:
             status, detail = self._recv(self.startup_timeout_s)
             if status != "ready":
-                raise RuntimeError(f"env worker could not build its envs:\n{detail}")
+                raise_remote(detail, f"in env worker pid {self.process.pid} while it built its envs")
             self._ready = True
 
     def submit(self, op: str, payload: list) -> None:
@@ -192,8 +221,13 @@ class EnvPool:
         self.num_workers = min(num_workers, num_envs)
         self.worker_cls = worker_cls
         self.workers = [worker_cls(factory, self._envs_on(w)) for w in range(self.num_workers)]
-        for worker in self.workers:
-            worker.wait_ready()
+        try:
+            for worker in self.workers:
+                worker.wait_ready()
+        except BaseException:
+            for worker in self.workers:  # a pool that cannot start leaves no worker behind
+                worker.kill()
+            raise
         self.totals: dict[str, int] = {}
         self._ended: dict[int, str] = {}  # slot -> failure reason, until its next reset
         self._batch = 0  # slots in play since the last reset
@@ -247,7 +281,7 @@ class EnvPool:
             for w, outs in done.items():
                 for (slot, _), (status, value) in zip(jobs[w], outs):
                     if status != "ok":  # a reset that raises is a setup error (bad data, bad index)
-                        raise RuntimeError(f"reset of slot {slot} to {items[slot]} failed in its worker:\n{value}")
+                        raise_remote(value, f"in the worker of slot {slot}, resetting it to {items[slot]}")
                     results[slot] = value
             for w, exc in failed.items():
                 self._count(stats, WORKERS_RESTARTED)
@@ -275,7 +309,7 @@ class EnvPool:
         for w, outs in done.items():
             for (slot, _), (status, value) in zip(jobs[w], outs):
                 if status != "ok":
-                    value = failed_transition(ENV_ERROR, value)
+                    value = failed_transition(ENV_ERROR, value[1])  # the traceback: the detail
                     self._ended[slot] = ENV_ERROR
                     self._count(stats, ENV_ERROR)
                 results[slot] = value

@@ -2,11 +2,12 @@
 
 ``python train.py fit --config configs/alfworld_scpo.yaml --dry_run true`` parses the config and
 instantiates everything a run would (module hyper-parameter checks, DataModule, callbacks,
-logger, strategy, trainer) but loads no model and starts nothing. A config error (a bad value)
-fails exactly as the real run would. What only this machine lacks (the model folder, the
-reranker, the data, the GPUs: things a real run stops at, one at a time) is listed instead, all
-at once, and the objects are still checked with a stand-in: the exit status is 0 when the config
-itself is sound, so a recipe can be checked on a laptop before it goes to the GPU node.
+logger, strategy, trainer) but loads no model and starts nothing. A config error (a bad value,
+a data folder without a split the config uses) fails exactly as the real run would. What only
+this machine lacks (the model folder, the reranker, a data folder that does not exist here, the
+GPUs: things a real run stops at, one at a time) is listed instead, all at once, and the objects
+are still checked with a stand-in: the exit status is 0 when the config itself is sound, so a
+recipe can be checked on a laptop before it goes to the GPU node.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ class SCPOCLI(LightningCLI):
         return bool(self.subcommand and self.config[self.subcommand].get("dry_run"))
 
     def before_instantiate_classes(self) -> None:
+        if self.subcommand and self.config[self.subcommand].get("weights_only") is False:
+            # LightningCLI itself pre-reads a --ckpt_path file with weights_only=True whatever this
+            # flag says, so the flag could not do what it says; our checkpoints never need it.
+            raise ValueError(f"--weights_only false: {self.subcommand} loads checkpoints only with torch's restricted "
+                             "unpickler (tensors and plain containers: all that this project's checkpoints hold); "
+                             "remove --weights_only")
         self._dry = _DryRunInstantiator() if self._dry_run() else None
         if self._dry is not None:
             self.parser.add_instantiator(self._dry, object, subclasses=True, prepend=True)
@@ -96,7 +103,7 @@ class SCPOCLI(LightningCLI):
     def before_fit(self) -> None:
         """Checkpoints load with torch's restricted unpickler (tensors and plain containers, all that
         ours hold), so a tampered ``--ckpt_path`` file cannot run code, even where
-        $TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; ``--weights_only false`` is the explicit opt-out."""
+        $TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; ``--weights_only false`` is refused at start-up."""
         config = self.config_init[self.subcommand]
         if config.get("weights_only") is None:
             config["weights_only"] = True

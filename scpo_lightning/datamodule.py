@@ -21,16 +21,15 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
-from envs.registry import PROMPT_FAMILY, SequentialPool, make_env_factory, split_size
+from envs.registry import PROMPT_FAMILY, SequentialPool, check_splits, make_env_factory, split_size
+from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.engines.base import SamplingParams
 from scpo_lightning.rollout import RolloutConfig, collect
 
 
 def check_worker_backend(backend: str, address: str | None, workers: int) -> None:
-    """data.worker_backend / data.ray_address: fail at start-up, naming the field, not in setup."""
-    if backend not in ("process", "ray"):
-        raise ValueError(f"data.worker_backend must be 'process' or 'ray'; got {backend!r}")
+    """data.worker_backend / data.ray_address together: fail at start-up, naming the field, not in setup."""
     if backend == "process" and address is not None:
         raise ValueError(f"data.ray_address={address!r} is set but data.worker_backend is 'process'; "
                          "set data.worker_backend: ray or remove data.ray_address")
@@ -58,7 +57,7 @@ class RolloutDataModule(L.LightningDataModule):
         env: Environment name: alfworld, webshop or corridor (a tiny test world).
         env_options: Keyword options of the environment (e.g. data paths, room size, reward_mode).
         train_split: Split that training tasks are drawn from.
-        val_split: Held-out split for validation (ALFWorld valid_seen).
+        val_split: Held-out split for validation (ALFWorld valid_seen), or a list of splits played as one (e.g. [valid_seen, valid_unseen]: validation episode k is task k of their concatenation, from val_start_index).
         val_start_index: First task index of the validation split used.
         groups_per_batch: Tasks per iteration over all ranks (16 in the paper recipes); a multiple of the number of ranks, each collecting its share.
         group_size: Rollouts per task, n (8 in the paper recipes); must be >= 2.
@@ -82,7 +81,7 @@ class RolloutDataModule(L.LightningDataModule):
         env: str = "alfworld",
         env_options: dict[str, Any] | None = None,
         train_split: str = "train",
-        val_split: str = "valid_seen",
+        val_split: str | list[str] = "valid_seen",
         val_start_index: int = 0,
         groups_per_batch: int = 16,
         group_size: int = 8,
@@ -101,20 +100,21 @@ class RolloutDataModule(L.LightningDataModule):
         progress: bool = True,
     ):
         super().__init__()
-        if group_size < 2:
-            raise ValueError(f"data.group_size must be >= 2 (group statistics need siblings); got {group_size}")
-        if groups_per_batch < 1 or val_episodes < 0 or val_batch_episodes < 1:
-            raise ValueError("data.groups_per_batch and data.val_batch_episodes must be >= 1, data.val_episodes >= 0")
-        self.env_factory = make_env_factory(env, env_options)  # validates the env name early
+        check_datamodule(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
+        check_worker_backend(worker_backend, ray_address, workers)
+        # The env's own options, then the splits this run plays (a missing dataset: listed by --dry_run).
+        self.env_factory = make_env_factory(env, env_options)
+        check_splits(env, env_options, train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
         self.env, self.env_options = env, dict(env_options or {})
         self.rollout = rollout or RolloutConfig(env=PROMPT_FAMILY.get(env, env))
         self.groups_per_batch, self.group_size = groups_per_batch, group_size
-        self.train_split, self.val_split, self.val_start_index = train_split, val_split, val_start_index
+        self.train_split, self.val_start_index = train_split, val_start_index
+        self.val_splits = [val_split] if isinstance(val_split, str) else list(val_split)
+        self._val_sizes: list[int] | None = None
         self.val_episodes, self.val_batch_episodes = val_episodes, val_batch_episodes
         self.val_temperature, self.top_p, self.max_new_tokens = val_temperature, top_p, max_new_tokens
         self.workers, self.seed, self.progress = workers, seed, progress
         self.worker_backend, self.ray_address = worker_backend, ray_address
-        check_worker_backend(worker_backend, ray_address, workers)
         self.step_timeout_s, self.reset_timeout_s = step_timeout_s, reset_timeout_s
         self.rng = np.random.default_rng(seed)
         self.iteration = 0
@@ -158,7 +158,7 @@ class RolloutDataModule(L.LightningDataModule):
 
         hp = self.trainer.lightning_module.hparams
         tokenizer = load_tokenizer(hp.policy, hp.get("cache_dir"), trust_remote_code=hp.get("trust_remote_code", False))
-        for task in ((self.train_split, 0), (self.val_split, self.val_start_index)):
+        for task in ((self.train_split, 0), self._val_task(self.val_start_index)):
             first = self.pool.reset([task], 1).results[0]
             if first is not None:
                 actions = offered_actions(first.admissible, self.rollout.exclude_actions)
@@ -189,7 +189,17 @@ class RolloutDataModule(L.LightningDataModule):
     def val_tasks(self) -> list[tuple[str, int]]:
         """This rank's contiguous block of the validation episodes."""
         start, stop = shard_bounds(self.val_episodes, self.world_size, self.rank)
-        return [(self.val_split, self.val_start_index + i) for i in range(start, stop)]
+        return [self._val_task(self.val_start_index + i) for i in range(start, stop)]
+
+    def _val_task(self, index: int) -> tuple[str, int]:
+        """Task ``index`` of the validation splits' concatenation (start-up checked that it exists)."""
+        if self._val_sizes is None:  # listing a real split reads every game file: once
+            self._val_sizes = [split_size(self.env, split, self.env_options) for split in self.val_splits[:-1]]
+        for split, size in zip(self.val_splits, self._val_sizes):
+            if index < size:
+                return split, index
+            index -= size
+        return self.val_splits[-1], index
 
     def rollout_batches(self, stage: str):
         module = self.trainer.lightning_module
@@ -213,7 +223,7 @@ class RolloutDataModule(L.LightningDataModule):
         batches = math.ceil(math.ceil(self.val_episodes / self.world_size) / self.val_batch_episodes)
         for b in range(batches):
             start, stop = shard_bounds(len(tasks), batches, b)
-            with module.generation_context():
+            with module.generation_context(validation=True):
                 batch = collect(self.pool, module.engine, module.tokenizer, tasks[start:stop], 1, params,
                                 self.rollout, self.progress, f"validation {start}/{len(tasks)}") if stop > start else None
             if batch is not None:

@@ -37,12 +37,13 @@ def data_parallel_mesh(strategy: Any, device_mesh: Any, lora_rank: int, referenc
 
 
 def bf16_compute(trainer_precision: str, torch_dtype: str, engine: str, generation_autocast: str | None,
-                 engine_options: dict[str, Any] | None) -> bool:
+                 engine_options: dict[str, Any] | None, val_generation_autocast: str | None = None) -> bool:
     """Whether any configured computation reads the weights in bf16 (what model.bf16_grid: auto asks):
-    the trainer's autocast, the HF engine's generation autocast, a bf16 vLLM copy, or bf16 weights."""
+    the trainer's autocast, the HF engine's (validation) generation autocast, a bf16 vLLM copy, or bf16 weights."""
     options = engine_options or {}
     generation = options.get("autocast_dtype", generation_autocast) if engine == "hf" else options.get("dtype")
-    return trainer_precision.startswith("bf16") or generation == "bfloat16" or torch_dtype == "bfloat16"
+    return (trainer_precision.startswith("bf16") or "bfloat16" in (generation, val_generation_autocast)
+            or torch_dtype == "bfloat16")
 
 
 def with_lora(policy: torch.nn.Module, rank: int) -> torch.nn.Module:

@@ -57,7 +57,7 @@ def test_reset_gives_the_engine_intro_and_commands(tmp_path):
     assert first.observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
     assert f"Your task is to: {first.task}" in first.observation
     assert first.family == "pick_heat_then_place_in_recep" and ("heat" in first.task or "hot" in first.task)
-    assert first.task_id == "gen-v1/small/train/00003"
+    assert first.task_id == "gen-v2/small/train/00003"
     assert {"look", "inventory", "help"} <= set(first.admissible)
     assert any(a.startswith("go to ") for a in first.admissible)
     assert first.info["source"] == "generated"

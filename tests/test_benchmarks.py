@@ -91,3 +91,23 @@ def test_replay_tells_a_repeated_batch_from_a_new_one(small_batch):
     changed = dict(small_batch, actions=[*small_batch["actions"][:-1], "go to shelf 99"])
     assert rollouts_key(_rollout_batch(small_batch)) == rollouts_key(_rollout_batch(dict(small_batch)))
     assert rollouts_key(_rollout_batch(small_batch)) != rollouts_key(_rollout_batch(changed))
+
+
+def test_iteration_speed_reads_a_prompts_admissible_list_and_cuts_rows():
+    from benchmarks.iteration_speed import admissible_in, take_rows
+    from scpo_lightning.prompts import build_prompt
+
+    text = build_prompt("alfworld", "task", "obs", ["go to desk 1", "take mug 1 from desk 1", "help"], [], step=0)
+    assert admissible_in(text) == ["go to desk 1", "take mug 1 from desk 1"]  # as listed: help is never shown
+    with pytest.raises(ValueError, match="lists no admissible actions"):
+        admissible_in("no list here")
+    rows = 5
+    batch = RolloutBatch(group_ids=[0] * rows, traj_ids=[0, 1, 0, 1, 0], steps=[0, 0, 1, 1, 2],
+                         prompt_ids=[[1, 2]] * rows, response_ids=[[3]] * rows, anchors=list("abcde"),
+                         actions=list("abcde"), observations=list("abcde"), responses=list("abcde"),
+                         rewards=np.arange(rows, dtype=float), dones=np.zeros(rows, bool),
+                         is_action_valid=np.ones(rows, bool), noop=np.zeros(rows, bool), families=["f"] * rows,
+                         trajectories=[{"won": False}, {"won": True}])
+    cut = take_rows(batch, 3)
+    assert len(cut) == 3 and cut.anchors == ["a", "b", "c"] and list(cut.rewards) == [0.0, 1.0, 2.0]
+    assert cut.trajectories == batch.trajectories and len(batch) == rows  # per-trajectory data kept, original intact

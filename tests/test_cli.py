@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import train
+from scpo_lightning.cli_errors import run_reporting_errors
 from scpo_lightning.testing import build_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,9 +40,22 @@ def quickstart_on_corridor(tmp_path: Path, **data_overrides) -> Path:
     return path
 
 
-def run_cli(config: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "--config", str(config)],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+def run_cli(config: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "--config", str(config), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def traceback_frames(output: str) -> int:
+    """Frames of a printed Python traceback (``  File "...", line N``)."""
+    return len(re.findall(r'^\s*File ".*", line \d+', output, flags=re.MULTILINE))
+
+
+def with_data(config: Path, **data) -> Path:
+    """``config`` with ``data`` (the DataModule's settings) updated in place."""
+    loaded = yaml.safe_load(config.read_text())
+    loaded["data"].update(data)
+    config.write_text(yaml.safe_dump(loaded))
+    return config
 
 
 def test_quickstart_config_runs_one_iteration_and_exports(tmp_path):
@@ -58,6 +76,7 @@ def test_bad_config_fails_before_any_model_loads(tmp_path, override, message):
     proc = run_cli(config, tmp_path)
     assert proc.returncode != 0 and message in proc.stderr
     assert "Loading" not in proc.stdout and "[val" not in proc.stdout
+    assert traceback_frames(proc.stderr) == 0, proc.stderr[-3000:]
 
 
 def test_missing_model_path_is_named(tmp_path):
@@ -67,6 +86,7 @@ def test_missing_model_path_is_named(tmp_path):
     config.write_text(yaml.safe_dump(data))
     proc = run_cli(config, tmp_path)
     assert proc.returncode != 0 and "model.policy" in proc.stderr and "no-such-model" in proc.stderr
+    assert traceback_frames(proc.stderr) == 0, proc.stderr[-3000:]
 
 
 def test_first_prompt_over_the_limit_fails_before_the_model_loads(tmp_path):
@@ -80,3 +100,80 @@ def test_first_prompt_over_the_limit_fails_before_the_model_loads(tmp_path):
     proc = run_cli(config, tmp_path)
     assert proc.returncode != 0 and "rollout.max_prompt_tokens=20" in proc.stderr
     assert "Loading" not in proc.stdout and "[val" not in proc.stdout
+    assert traceback_frames(proc.stderr) == 0, proc.stderr[-3000:]
+
+
+# --------------------------------------------------------------------- errors: one message, no traceback
+BAD_NUMBERS = [("--model.lr", "-1", "model.lr"), ("--data.top_p", "1.5", "data.top_p"),
+               ("--data.max_new_tokens", "0", "data.max_new_tokens"), ("--data.step_timeout_s", "0", "data.step_timeout_s")]
+
+
+@pytest.mark.parametrize("flag, value, field", BAD_NUMBERS, ids=[b[0] for b in BAD_NUMBERS])
+def test_bad_number_fails_at_start_up_and_in_the_dry_run_naming_the_field(tmp_path, monkeypatch, flag, value, field):
+    config = quickstart_on_corridor(tmp_path)
+    proc = run_cli(config, tmp_path, flag, value)
+    assert proc.returncode == 1 and re.search(f"error: {re.escape(field)} must be .*; got -?[0-9.]+ ", proc.stderr), \
+        proc.stderr[-3000:]
+    assert traceback_frames(proc.stderr) == 0 and "Loading" not in proc.stdout, proc.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    with pytest.raises(ValueError, match=f"^{re.escape(field)} must be"):
+        train.main(["fit", "--config", str(config), "--dry_run", "true", flag, value])
+
+
+def test_missing_data_is_listed_by_the_dry_run_and_stops_a_real_run_in_one_message(tmp_path):
+    """The issue's command: a dataset folder that is not on this machine (a cluster path, say)."""
+    dry = run_cli(ROOT / "configs" / "alfworld_scpo.yaml", tmp_path, "--data.env_options.data_path", "/nonexistent/alf",
+                  "--dry_run", "true")
+    assert dry.returncode == 0 and "[dry run] config valid" in dry.stdout, dry.stderr[-3000:]
+    assert "AlfworldConfig.data_path='/nonexistent/alf' does not exist on this machine" in dry.stdout
+    assert traceback_frames(dry.stdout + dry.stderr) == 0
+    config = with_data(quickstart_on_corridor(tmp_path), env="alfworld", env_options={"data_path": "/nonexistent/alf"})
+    real = run_cli(config, tmp_path)
+    assert real.returncode == 1 and traceback_frames(real.stderr) == 0, real.stderr[-3000:]
+    lines = [line for line in real.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "data.env_options: AlfworldConfig.data_path='/nonexistent/alf'" in lines[0]
+    assert "point it at the folder alfworld-download filled, or remove data_path" in lines[0]
+    assert "(the full traceback: SCPO_DEBUG=1)" in real.stderr and "Loading" not in real.stdout
+    debug = run_cli(config, tmp_path, env={"SCPO_DEBUG": "1"})
+    assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+    assert "AlfworldDataMissing: data.env_options: AlfworldConfig.data_path='/nonexistent/alf'" in debug.stderr
+
+
+def test_dry_run_fails_on_a_data_folder_without_the_validation_split(tmp_path):
+    (tmp_path / "alf" / "json_2.1.1" / "train").mkdir(parents=True)
+    config = with_data(quickstart_on_corridor(tmp_path), env="alfworld", env_options={"data_path": str(tmp_path / "alf")})
+    proc = run_cli(config, tmp_path, "--dry_run", "true")
+    assert proc.returncode == 1 and traceback_frames(proc.stderr) == 0, proc.stderr[-3000:]
+    assert f"data.val_split='valid_seen': no split 'valid_seen' under {tmp_path / 'alf' / 'json_2.1.1'}" in proc.stderr
+    assert f"INFO: ALFWorld plays the real games in {tmp_path / 'alf'} (data_path)" in proc.stderr
+    assert "[dry run] config valid" not in proc.stdout
+
+
+def test_weights_only_false_is_refused_since_lightning_would_ignore_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    with pytest.raises(ValueError, match="--weights_only false: fit loads checkpoints only with torch's restricted"):
+        train.main(["fit", "--config", str(quickstart_on_corridor(tmp_path)), "--weights_only", "false", "--dry_run", "true"])
+
+
+def _ours() -> None:
+    raise ValueError("data.top_p must be a number in (0, 1]; got 1.5")
+
+
+def _libraries() -> None:
+    json.loads("{")  # raises inside the json package: a bug, not a setting
+
+
+def test_config_errors_print_their_message_and_exit_1(capsys, monkeypatch):
+    """(Through jsonargparse, which wraps a callback's error: tests/test_config_validation.py.)"""
+    monkeypatch.delenv("SCPO_DEBUG", raising=False)
+    assert run_reporting_errors(_ours) == 1
+    assert capsys.readouterr().err == "error: data.top_p must be a number in (0, 1]; got 1.5\n(the full traceback: SCPO_DEBUG=1)\n"
+
+
+def test_other_errors_and_debug_mode_keep_the_traceback(monkeypatch):
+    monkeypatch.delenv("SCPO_DEBUG", raising=False)
+    with pytest.raises(json.JSONDecodeError):
+        run_reporting_errors(_libraries)
+    monkeypatch.setenv("SCPO_DEBUG", "1")
+    with pytest.raises(ValueError, match="data.top_p"):
+        run_reporting_errors(_ours)

@@ -3,16 +3,25 @@ loads, with one error that names the config field and says how to fix it."""
 
 from __future__ import annotations
 
+import inspect
 import math
+from pathlib import Path
 
 import pytest
 import yaml
 
+from callbacks.export import HFExport
+from callbacks.logging import RLLogger
 from callbacks.scpo import SCPOCallback
+from envs.alfworld.env import AlfworldConfig
+from envs.toy import CorridorEnv
+from envs.webshop.config import WebShopConfig
 from scpo_lightning.datamodule import RolloutDataModule
+from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.module import SCPOModule
+from scpo_lightning.rollout import RolloutConfig
 from tests.conftest import require
-from tests.test_cli import quickstart_on_corridor, run_cli
+from tests.test_cli import quickstart_on_corridor, run_cli, traceback_frames
 
 
 def _data(**kw):
@@ -52,10 +61,13 @@ CASES = [
      FileNotFoundError, ["SCPOCallback.scorer_options.model_dir='/no/such/minilm'", "leave it unset"]),
     ("missing policy path", lambda tmp: SCPOModule(policy=str(tmp / "no-model")), FileNotFoundError,
      ["model.policy", "no-model", "local HF model directory"]),
-    ("missing ALFWorld data_path", _alfworld(data_path=lambda tmp: str(tmp / "alfworld-data")), ValueError,
-     ["data.env_options", "data_path=", "alfworld-data", "alfworld-download"]),
-    ("ALFWorld real without data", _alfworld(source="real"), ValueError,
+    # Not on this machine: FileNotFoundError, which a dry run lists (tests/test_cli.py); a real run stops.
+    ("missing ALFWorld data_path", _alfworld(data_path=lambda tmp: str(tmp / "alfworld-data")), FileNotFoundError,
+     ["data.env_options", "data_path=", "alfworld-data", "does not exist on this machine", "alfworld-download"]),
+    ("ALFWorld real without data", _alfworld(source="real"), FileNotFoundError,
      ["data.env_options", "source='real' needs data_path or $ALFWORLD_DATA"]),
+    ("ALFWorld data_path without json_2.1.1", _alfworld(data_path=lambda tmp: str(tmp)), ValueError,
+     ["data.env_options", "data_path=", "has no json_2.1.1/", "alfworld-download"]),
     ("data_path never read", _alfworld(source="generated", data_path="/data"), ValueError,
      ["data.env_options", "data_path='/data'", "source='generated' never reads it"]),
     ("unknown ALFWorld room size", _alfworld(size="huge"), ValueError,
@@ -93,11 +105,11 @@ def test_good_settings_pass(tmp_path):
     SCPOCallback(scorer="lexical", alpha=0.0, theta=1.0, lam=0.0)
     SCPOCallback(scorer="lexical", alpha=1.0, theta=0.6, lam=0.4)
     RolloutDataModule(env="alfworld", env_options={"source": "generated", "size": "small"}, group_size=2)
-    RolloutDataModule(env="webshop", env_options={"reward_mode": "graded"})
+    RolloutDataModule(env="webshop", env_options={"reward_mode": "graded"}, val_split="valid")
 
 
 def test_cli_stops_on_a_bad_callback_setting_before_any_model_loads(tmp_path):
-    """Through train.py: jsonargparse reports a callback's error inside its own message; ours is there.
+    """Through train.py: jsonargparse wraps a callback's error in its own; train.py prints ours alone.
     (Data and model settings fail the same way: tests/test_cli.py.)"""
     config = quickstart_on_corridor(tmp_path)
     data = yaml.safe_load(config.read_text())
@@ -105,5 +117,198 @@ def test_cli_stops_on_a_bad_callback_setting_before_any_model_loads(tmp_path):
     scpo["init_args"].update(theta=1.5)
     config.write_text(yaml.safe_dump(data))
     proc = run_cli(config, tmp_path)
-    assert proc.returncode != 0 and "SCPOCallback.theta=1.5 must be in (0, 1]" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 1 and "\nerror: SCPOCallback.theta=1.5 must be in (0, 1]" in proc.stderr, proc.stderr[-2000:]
     assert "Loading" not in proc.stdout and "[val" not in proc.stdout
+    assert traceback_frames(proc.stderr) == 0 and "Union subtypes" not in proc.stderr, proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ every field of every config class
+# Each class's builder fills in what it needs to build on any machine; the prefix is how its
+# messages name a field. Sub-options (scorer_options, engine_options) are checked by name at
+# start-up and by value when the scorer or engine is built; SCPOConfig's fields are SCPOCallback's.
+def _policy(tmp: Path) -> str:
+    (tmp / "policy").mkdir(exist_ok=True)
+    (tmp / "policy" / "config.json").write_text("{}")  # all the start-up check looks at
+    return str(tmp / "policy")
+
+
+BUILD = {
+    SCPOModule: ("model", lambda tmp, kw: SCPOModule(**{"policy": _policy(tmp), **kw})),
+    RolloutCorrection: ("model.rollout_correction", lambda tmp, kw: RolloutCorrection(**kw)),
+    RolloutDataModule: ("data", lambda tmp, kw: RolloutDataModule(**{"env": "corridor", "workers": 0, **kw})),
+    RolloutConfig: ("data.rollout", lambda tmp, kw: RolloutConfig(**kw)),
+    SCPOCallback: ("SCPOCallback", lambda tmp, kw: SCPOCallback(**{"scorer": "lexical", **kw})),
+    RLLogger: ("RLLogger", lambda tmp, kw: RLLogger(**kw)),
+    HFExport: ("HFExport", lambda tmp, kw: HFExport(**kw)),
+    AlfworldConfig: ("AlfworldConfig", lambda tmp, kw: AlfworldConfig(**{"cache_dir": str(tmp / "games"), **kw})),
+    WebShopConfig: ("WebShopConfig", lambda tmp, kw: WebShopConfig(**kw)),
+    CorridorEnv: ("CorridorEnv", lambda tmp, kw: CorridorEnv(**kw)),
+}
+NAN, INF = math.nan, math.inf
+
+
+def _bad(cls, field, *values, error=ValueError, shows=None, **others):
+    """Cases: ``field`` set to each of ``values`` (with ``others`` set too) fails with ``error``,
+    naming the field and showing the value (``shows``: what the message shows of it instead)."""
+    return [(cls, field, value, others, error, shows or repr(value)) for value in values]
+
+
+FIELDS = [
+    *_bad(SCPOModule, "policy", ""), *_bad(SCPOModule, "policy", "/no/such/model", error=FileNotFoundError,
+                                           shows="/no/such/model"),
+    *_bad(SCPOModule, "torch_dtype", "float64"), *_bad(SCPOModule, "estimator", "ppo"),
+    *_bad(SCPOModule, "norm_mode", "z_score"), *_bad(SCPOModule, "omega", -1.0, NAN),
+    *_bad(SCPOModule, "lr", -1.0, 0.0, NAN, INF), *_bad(SCPOModule, "weight_decay", -0.01),
+    *_bad(SCPOModule, "betas", (0.9, 1.0), (-0.1, 0.999), (0.9,)), *_bad(SCPOModule, "grad_clip", 0.0, NAN),
+    *_bad(SCPOModule, "clip_eps", 0.0, 1.0), *_bad(SCPOModule, "dual_clip", 1.0),
+    *_bad(SCPOModule, "entropy_coef", -0.001), *_bad(SCPOModule, "kl_coef", -0.01, NAN),
+    *_bad(SCPOModule, "kl_clamp", 0.0), *_bad(SCPOModule, "mini_batch_rows", 0),
+    *_bad(SCPOModule, "micro_batch_rows", 0, 2.5), *_bad(SCPOModule, "temperature", 0.0, -1.0),
+    *_bad(SCPOModule, "generation_batch_size", 0), *_bad(SCPOModule, "generation_autocast", "float32"),
+    *_bad(SCPOModule, "val_generation_autocast", "float32"),
+    *_bad(SCPOModule, "val_generation_autocast", "bfloat16", engine="vllm"),
+    *_bad(SCPOModule, "engine", "sglang"), *_bad(SCPOModule, "engine_options", {"no_such": 1}, shows="'no_such'"),
+    *_bad(SCPOModule, "gradient_checkpointing", "yes"), *_bad(SCPOModule, "reference_offload", "yes"),
+    *_bad(SCPOModule, "lora_rank", -1), *_bad(SCPOModule, "cache_dir", ""), *_bad(SCPOModule, "bf16_grid", "round"),
+    *_bad(SCPOModule, "old_logprobs", "engine"), *_bad(SCPOModule, "rollout_correction", "tis"),
+    *_bad(SCPOModule, "trust_remote_code", "yes"),
+    *_bad(RolloutCorrection, "mode", "clip"), *_bad(RolloutCorrection, "cap", 1.0, NAN),
+    *_bad(RolloutDataModule, "env", "minecraft"),
+    *_bad(RolloutDataModule, "env_options", {"no_such": 1}, shows="'no_such'"), *_bad(RolloutDataModule, "env_options", ["rooms"]),
+    *_bad(RolloutDataModule, "train_split", ""), *_bad(RolloutDataModule, "val_split", ""),
+    *_bad(RolloutDataModule, "val_start_index", -1), *_bad(RolloutDataModule, "groups_per_batch", 0),
+    *_bad(RolloutDataModule, "group_size", 1), *_bad(RolloutDataModule, "val_episodes", -1),
+    *_bad(RolloutDataModule, "val_batch_episodes", 0), *_bad(RolloutDataModule, "val_temperature", -0.1, NAN),
+    *_bad(RolloutDataModule, "top_p", 0.0, 1.5), *_bad(RolloutDataModule, "max_new_tokens", 0),
+    *_bad(RolloutDataModule, "rollout", {"max_steps": 3}), *_bad(RolloutDataModule, "workers", -1),
+    *_bad(RolloutDataModule, "worker_backend", "dask"), *_bad(RolloutDataModule, "ray_address", "", "auto"),
+    *_bad(RolloutDataModule, "step_timeout_s", 0.0, -1.0, INF), *_bad(RolloutDataModule, "reset_timeout_s", 0.0),
+    *_bad(RolloutDataModule, "seed", -1), *_bad(RolloutDataModule, "progress", "no"),
+    *_bad(RolloutConfig, "env", "sciworld"), *_bad(RolloutConfig, "max_steps", 0),
+    *_bad(RolloutConfig, "history_length", -1), *_bad(RolloutConfig, "max_prompt_tokens", 0),
+    *_bad(RolloutConfig, "truncation", "right"), *_bad(RolloutConfig, "action_mode", "json"),
+    *_bad(RolloutConfig, "gamma", 1.5, -0.1), *_bad(RolloutConfig, "invalid_penalty", -0.1),
+    *_bad(RolloutConfig, "exclude_actions", ("",)),
+    *_bad(RolloutConfig, "system_prompt", 3),
+    *_bad(SCPOCallback, "scorer", "cosine"), *_bad(SCPOCallback, "scorer_options", {"batch_sz": 2}, shows="'batch_sz'"),
+    *_bad(SCPOCallback, "cache_entries", -1), *_bad(SCPOCallback, "alpha", -0.5, NAN),
+    *_bad(SCPOCallback, "theta", 0.0, 1.5), *_bad(SCPOCallback, "lam", 0.6, -0.1),
+    *_bad(SCPOCallback, "tau_succ", NAN), *_bad(SCPOCallback, "reference", "middle"),
+    *_bad(SCPOCallback, "order", "backwards"), *_bad(SCPOCallback, "order_partitions", 0),
+    *_bad(SCPOCallback, "monotonic", "yes"), *_bad(SCPOCallback, "on_scorer_error", "retry"),
+    *_bad(SCPOCallback, "scorer_timeout_s", 0.0), *_bad(SCPOCallback, "seed", -1),
+    *_bad(RLLogger, "heatmap_every", -1), *_bad(RLLogger, "trajectories", -1), *_bad(RLLogger, "text_every", -1),
+    *_bad(HFExport, "dirpath", ""), *_bad(HFExport, "merge_lora", "yes"),
+    *_bad(AlfworldConfig, "source", "cloud"), *_bad(AlfworldConfig, "data_path", ""),
+    *_bad(AlfworldConfig, "data_path", "/no/such/alfworld", error=FileNotFoundError),
+    *_bad(AlfworldConfig, "cache_dir", ""), *_bad(AlfworldConfig, "size", "huge"),
+    *_bad(AlfworldConfig, "max_steps", 0, "50"), *_bad(AlfworldConfig, "families", ["pick_and_eat"], []),
+    *_bad(WebShopConfig, "catalog_dir", ""), *_bad(WebShopConfig, "catalog_seed", 1.5),
+    *_bad(WebShopConfig, "num_products", 0), *_bad(WebShopConfig, "goal_seed", "233"),
+    *_bad(WebShopConfig, "reward_mode", "sparse"), *_bad(WebShopConfig, "max_steps", 0),
+    *_bad(WebShopConfig, "search_backend", "lucene"), *_bad(WebShopConfig, "pyserini_index", ""),
+    *_bad(WebShopConfig, "webshop_checkout", ""), *_bad(WebShopConfig, "webshop_num_products", 0, 1000),
+    *_bad(WebShopConfig, "webshop_human_goals", "yes"),
+    *_bad(CorridorEnv, "rooms", 1), *_bad(CorridorEnv, "max_steps", 0),
+]
+
+
+@pytest.mark.parametrize("cls", list(BUILD), ids=lambda c: c.__name__)
+def test_every_field_of_every_config_class_has_a_case(cls):
+    """A new setting without a case here fails: add the values it must refuse (and the check)."""
+    assert set(inspect.signature(cls).parameters) == {field for c, field, *_ in FIELDS if c is cls}
+
+
+@pytest.mark.parametrize("cls", list(BUILD), ids=lambda c: c.__name__)
+def test_every_config_class_builds_with_its_defaults(cls, tmp_path, monkeypatch):
+    """So that each case below fails because of its own value."""
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    BUILD[cls][1](tmp_path, {})
+
+
+@pytest.mark.parametrize("cls, field, value, others, error, shows", FIELDS,
+                         ids=[f"{c.__name__}.{f}={v!r}" for c, f, v, *_ in FIELDS])
+def test_bad_value_of_each_field_fails_at_construction(cls, field, value, others, error, shows, tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    prefix, build = BUILD[cls]
+    with pytest.raises(error) as info:
+        build(tmp_path, {**others, field: value})
+    message = str(info.value)
+    assert f"{prefix}.{field}" in message and shows in message, message
+
+
+# ------------------------------------------------------------- the splits a run plays, and which games
+def _dataset(tmp: Path, *splits: str) -> str:
+    """An ALFWorld data folder whose json_2.1.1/ holds (empty) folders of ``splits``."""
+    for split in splits:
+        (tmp / "alf" / "json_2.1.1" / split).mkdir(parents=True, exist_ok=True)
+    return str(tmp / "alf")
+
+
+SPLITS = [  # (case, data settings given tmp_path, what the message must say)
+    ("generated: no such validation split", lambda tmp: {"val_split": "valid_unseen2"},
+     ["data.val_split='valid_unseen2'", "unknown ALFWorld split"]),
+    ("generated: validation runs past the split", lambda tmp: {"val_start_index": 100, "val_episodes": 128},
+     ["data.val_split='valid_seen' holds 140 tasks", "data.val_start_index + data.val_episodes = 228"]),
+    ("real: no train folder", lambda tmp: {"env_options": {"data_path": _dataset(tmp, "valid_seen")}, "val_episodes": 0},
+     ["data.train_split='train'", "no split 'train' under", "alf/json_2.1.1", "have ['valid_seen']"]),
+    ("real: no validation folder", lambda tmp: {"env_options": {"data_path": _dataset(tmp, "train")}},
+     ["data.val_split='valid_seen'", "no split 'valid_seen' under", "alf/json_2.1.1", "have ['train']"]),
+    ("webshop: ALFWorld's split name", lambda tmp: {"env": "webshop", "env_options": {}},
+     ["data.val_split='valid_seen'", "WebShop has no split 'valid_seen'"]),
+]
+
+
+@pytest.mark.parametrize("data, says", [c[1:] for c in SPLITS], ids=[c[0] for c in SPLITS])
+def test_every_split_the_run_plays_is_checked_at_start_up(data, says, tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings = {"env": "alfworld", "env_options": {"cache_dir": str(tmp_path / "games")}, "workers": 0, **data(tmp_path)}
+    with pytest.raises(ValueError) as info:
+        RolloutDataModule(**settings)
+    for part in says:
+        assert part in str(info.value), f"{part!r} missing from: {info.value}"
+
+
+def test_splits_that_the_run_plays_are_all_it_needs(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    RolloutDataModule(env="alfworld", env_options={"data_path": _dataset(tmp_path, "train")}, val_episodes=0)
+    RolloutDataModule(env="alfworld", env_options={"source": "generated"}, val_start_index=12, val_episodes=128)
+
+
+def test_quickstart_plays_generated_rooms_even_where_the_dataset_is_installed():
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml").read_text())
+    assert config["data"]["env_options"]["source"] == "generated"
+
+
+@pytest.mark.parametrize("where, says", [
+    (None, "ALFWorld plays generated 'alfred' rooms (source: auto and no dataset here (no data_path, no $ALFWORLD_DATA"),
+    ("data_path", "ALFWorld plays the real games in {data} (data_path)"),
+    ("$ALFWORLD_DATA", "ALFWorld plays the real games in {data} ($ALFWORLD_DATA)"),
+])
+def test_source_auto_says_which_games_it_plays_and_why(where, says, tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = _dataset(tmp_path, "train")
+    options = {"data_path": data} if where == "data_path" else {"cache_dir": str(tmp_path / "games")}
+    if where == "$ALFWORLD_DATA":
+        monkeypatch.setenv("ALFWORLD_DATA", data)
+    with caplog.at_level("INFO", logger="envs"):
+        RolloutDataModule(env="alfworld", env_options=options, val_episodes=0)
+    assert says.format(data=data) in caplog.text
+
+
+def test_a_wrong_alfworld_data_variable_is_an_error_not_a_fallback(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "no-such-data"))
+    with pytest.raises(FileNotFoundError, match=r"\$ALFWORLD_DATA='.*no-such-data' does not exist.*unset it"):
+        RolloutDataModule(env="alfworld")
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))  # a folder, but not the dataset
+    with pytest.raises(ValueError, match=r"\$ALFWORLD_DATA='.*' has no json_2.1.1/"):
+        RolloutDataModule(env="alfworld")
+    RolloutDataModule(env="alfworld", env_options={"source": "generated"})  # never looks at it
+    # `import alfworld` sets $ALFWORLD_DATA to its own default folder: that names no dataset.
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / ".cache" / "alfworld"))
+    RolloutDataModule(env="alfworld")

@@ -29,7 +29,7 @@ class FakeModule:
         self.contexts = 0
 
     @contextlib.contextmanager
-    def generation_context(self):
+    def generation_context(self, validation: bool = False):
         self.contexts += 1  # collective in real runs: every rank must enter it equally often
         yield
 

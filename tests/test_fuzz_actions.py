@@ -8,7 +8,7 @@ generated game; WebShop: the embedded shop), both built through ``envs.registry`
 env does not accept must leave it exactly as it was (observation, admissible commands, state).
 Counts: 2000 responses through projection alone (each for both envs, with and without the think
 requirement); 600 through projection and the ALFWorld engine (~14 ms a step); 1000 through
-projection and WebShop.
+projection and WebShop; 1000 WebShop searches with possessives and one-letter words.
 """
 
 from __future__ import annotations
@@ -301,3 +301,46 @@ def test_webshop_pathological_brackets_do_not_stall_a_step(webshop_env):
     for text in ("[" * HUGE, "search[" + "[" * HUGE + "]", "click" + "[a" * (HUGE // 2)):
         t = webshop_env.step(text)  # none parses as search[...] or click[...]: all refused
         assert (t.info["action_accepted"], t.observation, t.noop) == (False, start.observation, True)
+
+
+# --------------------------------------------------------------------------- WebShop search text
+# Query words that trip a tokenizer: possessives (three apostrophes), one-letter and one-digit
+# words, stop words, a bare "'s", and catalog words; joined by the separators model text uses.
+SEARCH_WORDS = ["shoes", "men", "women", "size", "red", "clock", "wall", "girl", "kid", "dress"]
+ONE_LETTER = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789")
+POSSESSIVES = [f"{w}{a}s" for w in SEARCH_WORDS + ["s", "x"] for a in ("'", "\u2019", "\uff07")]
+SEARCH_PIECES = SEARCH_WORDS + ONE_LETTER + POSSESSIVES + ["'s", "s'", "'", "the", "is", "a", "of", "S", "XL", "2.5"]
+
+
+def _queries() -> st.SearchStrategy[str]:
+    words = st.lists(st.sampled_from(SEARCH_PIECES), min_size=1, max_size=8)
+    seps = st.sampled_from([" ", "  ", "-", ", ", ".", "/", " & "])
+    return st.tuples(words, seps).map(lambda ws: ws[1].join(ws[0]))
+
+
+def test_webshop_search_with_possessives_and_one_letter_words_steps(webshop_env):
+    """Every search[...] is accepted and shows a results page; "men's" searches as "men" (WebShop's
+    Lucene drops possessives), and one-letter words such as "s" (which a Snowball stemmer empties) are
+    terms like any other."""
+    env, seen = webshop_env, Counter()
+    env.reset("train", 0)
+    t = env.step("search[men's shoes]")
+    assert t.info["action_accepted"] and t.info["page"] == "results" and "Total results" in t.observation
+    engine = env.shop.engine
+    assert engine.search("men's shoes") == engine.search("men shoes") != []
+    assert engine.search("women\u2019s") == engine.search("women")
+    assert engine.search("x") != []  # a one-letter word is a term ("x-large" has it), not dropped
+
+    @settings(max_examples=1000, **HYPOTHESIS)
+    @given(_queries())
+    def search(query):
+        t = env.step(f"search[{query}]")  # must not raise, whatever the words
+        assert t.info["action_accepted"] and t.info["page"] == "results", query
+        assert re.search(r"Page 1 \(Total results: \d+\)", t.observation), query
+        possessive_free = re.sub(r"(?<=\w)['\u2019\uff07]s\b", "", query)
+        assert engine.search(query) == engine.search(possessive_free), query
+        seen["searches"] += 1
+        seen["with hits" if "Total results: 0)" not in t.observation else "no hits"] += 1
+
+    search()
+    assert seen["searches"] == 1000 and min(seen["with hits"], seen["no hits"]) > 0, seen

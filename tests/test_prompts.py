@@ -56,3 +56,18 @@ def test_prompt_history_keeps_the_last_pairs():
 def test_constrained_search_uses_the_task_as_query():
     assert constrained_choices(["search[<your query>]", "click[back to search]", "help"], "red shoes") == [
         "search[red shoes]", "click[back to search]"]
+
+
+def test_system_prompt_replaces_the_templates_default(tmp_path):
+    from scpo_lightning.rollout import RolloutConfig, tokenize_prompt
+    from scpo_lightning.testing import build_tiny_llama
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_llama(tmp_path / "tiny"))
+    default = tok.decode(tokenize_prompt(tok, "hello", RolloutConfig()))
+    empty = tok.decode(tokenize_prompt(tok, "hello", RolloutConfig(system_prompt="")))
+    mine = tok.decode(tokenize_prompt(tok, "hello", RolloutConfig(system_prompt="Be brief.")))
+    # The tiny model's template adds no default system message; SmolLM2's and Qwen's do, which "" replaces.
+    assert default == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    assert empty == "<|im_start|>system\n<|im_end|>\n" + default
+    assert mine == "<|im_start|>system\nBe brief.<|im_end|>\n" + default

@@ -115,6 +115,20 @@ def test_hung_actor_times_out_and_is_replaced(ray):
         assert_whole(ray, pool, replaced=[hung])
 
 
+class UnbuildableCorridor(CorridorEnv):
+    def __init__(self):
+        raise ValueError("data.env_options: no split 'valid_seen' under /data/json_2.1.1")
+
+
+def test_actor_that_cannot_build_its_envs_fails_the_pool_with_the_envs_own_message(ray):
+    from envs.ray_pool import RayEnvPool
+
+    with pytest.raises(ValueError) as info:
+        RayEnvPool(UnbuildableCorridor, num_envs=2, num_workers=1)
+    assert str(info.value) == "data.env_options: no split 'valid_seen' under /data/json_2.1.1"
+    assert "env actor pid" in info.value.__notes__[0] and "in __init__" in info.value.__notes__[0]
+
+
 def test_datamodule_builds_the_ray_pool(ray):
     from envs.ray_pool import RayEnvPool
     from scpo_lightning.datamodule import RolloutDataModule
@@ -129,7 +143,7 @@ def test_datamodule_builds_the_ray_pool(ray):
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"worker_backend": "dask"}, ValueError, "data.worker_backend must be 'process' or 'ray'"),
+    ({"worker_backend": "dask"}, ValueError, r"data.worker_backend must be one of \('process', 'ray'\)"),
     ({"ray_address": "auto"}, ValueError, "data.ray_address='auto' is set but data.worker_backend is 'process'"),
     ({"worker_backend": "ray", "workers": 0}, ValueError, "data.workers >= 1"),
 ])

@@ -26,3 +26,42 @@ def test_exclusion_needs_constrained_mode():
     with pytest.raises(ValueError, match=r"rollout\.exclude_actions only applies to action_mode: constrained"):
         RolloutConfig(action_mode="free", exclude_actions=("look",))
     assert RolloutConfig(action_mode="constrained", exclude_actions=("look",)).exclude_actions == ("look",)
+
+
+def _tiny_rooms(**kw):
+    from scpo_lightning.datamodule import RolloutDataModule
+
+    options = {"source": "generated", "size": "tiny", "families": ["pick_and_place_simple", "look_at_obj_in_light"]}
+    return RolloutDataModule(env="alfworld", env_options=options, workers=0, **kw)
+
+
+def test_a_list_of_validation_splits_is_played_as_their_concatenation():
+    from envs.registry import split_size
+
+    data = _tiny_rooms(val_split=["valid_seen", "valid_unseen"], val_episodes=60, val_start_index=30)
+    seen = split_size("alfworld", "valid_seen", data.env_options)  # 48 games of the two families
+    tasks = data.val_tasks()
+    assert len(tasks) == 60 and len(set(tasks)) == 60
+    assert tasks[: seen - 30] == [("valid_seen", i) for i in range(30, seen)]
+    assert tasks[seen - 30 :] == [("valid_unseen", i) for i in range(60 - (seen - 30))]
+    with pytest.raises(ValueError, match=r"data\.val_split=\['valid_seen', 'valid_unseen'\] holds \d+ tasks"):
+        _tiny_rooms(val_split=["valid_seen", "valid_unseen"], val_episodes=1000)
+    with pytest.raises(ValueError, match=r"data\.val_split must be a split name or a non-empty list"):
+        _tiny_rooms(val_split=[])
+
+
+def test_validation_autocast_applies_to_validation_collections_only(tmp_path):
+    from scpo_lightning.module import SCPOModule
+    from scpo_lightning.testing import build_tiny_llama
+
+    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), kl_coef=0.0,
+                        val_generation_autocast="bfloat16")
+    module.configure_model()
+    assert module.engine.autocast_dtype is None
+    with module.generation_context():
+        assert module.engine.autocast_dtype is None  # training rollouts: the policy's own dtype
+    with module.generation_context(validation=True):
+        assert module.engine.autocast_dtype == "bfloat16"
+    with pytest.raises(RuntimeError), module.generation_context(validation=True):
+        raise RuntimeError("a failed validation rollout")
+    assert module.engine.autocast_dtype is None  # restored, also after a failure

@@ -182,9 +182,40 @@ def test_reset_that_keeps_killing_its_worker_ends_those_slots(pool):
     assert all(r is not None for r in pool.reset([("train", 0)], group_size=8).results)
 
 
-def test_reset_error_inside_the_env_is_raised_with_its_traceback(pool):
-    with pytest.raises(RuntimeError, match="no such game"):
+def test_reset_error_inside_the_env_is_raised_as_itself_with_its_traceback_as_a_note(pool):
+    with pytest.raises(FileNotFoundError) as info:
         pool.reset([("missing", 0)], group_size=2)
+    assert str(info.value) == "no such game"  # the message as the env raised it; no wrapping
+    note = "".join(info.value.__notes__)
+    assert "resetting it to ('missing', 0)" in note and "in reset" in note and "Traceback" in note
+
+
+class UnbuildableEnv(EchoEnv):
+    """An env whose settings fail in the worker, as a bad data folder does."""
+
+    def __init__(self):
+        raise ValueError("data.env_options: no split 'valid_seen' under /data/json_2.1.1")
+
+
+class UnpicklableError(Exception):
+    def __init__(self, code: int, text: str):  # pickle rebuilds it with one argument: it fails
+        super().__init__(f"{code}: {text}")
+
+
+class EnvWithUnpicklableError(EchoEnv):
+    def __init__(self):
+        raise UnpicklableError(7, "engine refused")
+
+
+def test_env_that_cannot_be_built_fails_the_pool_with_the_workers_own_message():
+    with pytest.raises(ValueError) as info:
+        EnvPool(UnbuildableEnv, num_envs=2, num_workers=1)
+    assert str(info.value) == "data.env_options: no split 'valid_seen' under /data/json_2.1.1"
+    assert "while it built its envs" in info.value.__notes__[0] and "in __init__" in info.value.__notes__[0]
+    # An exception that does not survive pickling still arrives with its type and message.
+    with pytest.raises(RuntimeError) as info:
+        EnvPool(EnvWithUnpicklableError, num_envs=2, num_workers=1)
+    assert str(info.value) == "UnpicklableError: 7: engine refused"
 
 
 class FakeTokenizer:

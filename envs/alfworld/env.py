@@ -8,21 +8,24 @@ them onto ``envs.base.TextEnv`` and adds the step limit and the reward of 10 on 
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.alfworld.errors import AlfworldDataError, import_alfworld
+from envs.alfworld.errors import AlfworldDataError, AlfworldDataMissing, import_alfworld
 from envs.alfworld.games import FamilySubset, GameRef, GameSource, GeneratedGames
 from envs.alfworld.generator import SIZES
 from envs.alfworld.vocab import FAMILIES
 from envs.alfworld.real_data import LAYOUT_HINT, RealGames
 from envs.base import Reset, TextEnv, Transition
+from scpo_lightning.config_checks import TEXT, check, count, optional
 
 NOTHING_HAPPENS = "Nothing happens."
 TASK_MARKER = "Your task is to: "
 WIN_REWARD = 10.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,9 @@ class AlfworldConfig:
     Args:
         source: "auto" plays the real dataset when one is found (``data_path``, else
             ``$ALFWORLD_DATA``, else alfworld's default ``~/.cache/alfworld``) and generated
-            games otherwise; "real" requires the dataset; "generated" never looks for it.
+            games otherwise, and logs which and why; a data_path or $ALFWORLD_DATA without the
+            dataset is an error, never a switch to generated games. "real" requires the dataset;
+            "generated" never looks for it.
         data_path: Folder holding ``json_2.1.1/<split>/...`` (the alfworld-download layout).
         cache_dir: Where generated games are cached (default ``$SCPO_ALFWORLD_CACHE`` or
             ``~/.cache/scpo_lightning/alfworld``).
@@ -55,8 +60,8 @@ class AlfworldConfig:
         # process (envs.registry) before any model or game loads, and again in every worker.
         if self.source not in ("auto", "real", "generated"):
             raise ValueError(f"AlfworldConfig.source={self.source!r}; expected 'auto', 'real' or 'generated'")
-        if self.max_steps < 1:
-            raise ValueError(f"AlfworldConfig.max_steps={self.max_steps}; must be >= 1")
+        check("AlfworldConfig", AlfworldConfig, vars(self),
+              {"data_path": optional(TEXT), "cache_dir": optional(TEXT), "max_steps": count(1)})
         if self.families is not None:
             object.__setattr__(self, "families", tuple(self.families))  # a YAML list; hashable here
             unknown = sorted(set(self.families) - set(FAMILIES))
@@ -65,46 +70,74 @@ class AlfworldConfig:
                                  f"{list(FAMILIES)}, or null for all")
         if self.size not in SIZES:
             raise ValueError(f"AlfworldConfig.size={self.size!r}: expected one of {', '.join(SIZES)}")
-        if self.data_path is not None:
-            if self.source == "generated":
-                raise ValueError(f"AlfworldConfig.data_path={self.data_path!r} is set but source='generated' never "
-                                 "reads it; remove data_path, or set source: real to play the dataset")
-            if not (Path(self.data_path).expanduser() / "json_2.1.1").is_dir():
-                raise AlfworldDataError(f"AlfworldConfig.data_path={self.data_path!r} has no json_2.1.1/ folder "
-                                        f"({LAYOUT_HINT}); point it at the folder alfworld-download filled")
-        elif self.source == "real" and _default_data_dir() is None:
-            raise ValueError("AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA pointing at the dataset "
-                             f"({LAYOUT_HINT}), or source: generated")
+        if self.data_path is not None and self.source == "generated":
+            raise ValueError(f"AlfworldConfig.data_path={self.data_path!r} is set but source='generated' never "
+                             "reads it; remove data_path, or set source: real to play the dataset")
+        if self.source != "generated":
+            choose_source(self)  # a missing or wrong dataset folder fails here, at start-up
 
 
-def _default_data_dir() -> Path | None:
-    """$ALFWORLD_DATA or alfworld's default folder, when it holds the dataset.
+def check_data_dir(path: Path, field: str, fix: str) -> Path:
+    """``path`` holds the dataset: absent on this machine is ``AlfworldDataMissing`` (a dry run lists
+    it and goes on), present without ``json_2.1.1/`` is a wrong folder."""
+    fix = f"point it at the folder alfworld-download filled, or {fix}"
+    if not path.exists():
+        raise AlfworldDataMissing(f"{field}={str(path)!r} does not exist on this machine ({LAYOUT_HINT}); {fix}")
+    if not (path / "json_2.1.1").is_dir():
+        raise AlfworldDataError(f"{field}={str(path)!r} has no json_2.1.1/ folder ({LAYOUT_HINT}); {fix}")
+    return path
 
-    ``import alfworld`` itself sets $ALFWORLD_DATA to its (usually empty) default, and worker
-    processes inherit that, so a folder without ``json_2.1.1/`` does not count as data here;
-    ``source: real`` still reports it as an error.
+
+def choose_source(config: AlfworldConfig) -> tuple[Path | None, str]:
+    """The dataset folder that ``config`` plays (None: generated games) and why that one.
+
+    An explicit ``data_path`` or ``$ALFWORLD_DATA`` must hold the dataset: a wrong one is an error,
+    never a silent switch to generated games. ``import alfworld`` itself sets $ALFWORLD_DATA to its
+    default folder (and worker processes inherit that), so that folder counts as named by no one.
     """
-    env = os.environ.get("ALFWORLD_DATA")
+    if config.source == "generated":
+        return None, "source: generated"
+    if config.data_path is not None:
+        return check_data_dir(Path(config.data_path).expanduser(), "AlfworldConfig.data_path",
+                              "remove data_path to play generated games"), "data_path"
+    named = os.environ.get("ALFWORLD_DATA")
     default = Path.home() / ".cache" / "alfworld"
-    for candidate in ([Path(env)] if env else []) + [default]:
-        if (candidate / "json_2.1.1").is_dir():
-            return candidate
-    if env and Path(env) != default:  # a folder the user named, not alfworld's own default
-        warnings.warn(f"$ALFWORLD_DATA={env} has no json_2.1.1/; playing generated games (source: auto)")
-    return None
+    if named and Path(named).expanduser() != default:
+        return check_data_dir(Path(named).expanduser(), "$ALFWORLD_DATA",
+                              "unset it, or set data.env_options.source: generated"), "$ALFWORLD_DATA"
+    if (default / "json_2.1.1").is_dir():
+        return default, f"alfworld's default folder {default}"
+    if config.source == "real":
+        raise AlfworldDataMissing("AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA pointing at the "
+                                  f"dataset ({LAYOUT_HINT}), or source: generated")
+    return None, f"source: auto and no dataset here (no data_path, no $ALFWORLD_DATA, nothing in {default})"
 
 
 def make_source(config: AlfworldConfig) -> GameSource:
     """Resolve ``config.source`` to the real dataset or the generator."""
-    data_dir = Path(config.data_path) if config.data_path else None
-    if config.source == "real" or (config.source == "auto" and (data_dir or _default_data_dir())):
-        data_dir = data_dir or _default_data_dir()
-        if data_dir is None:
-            raise ValueError("AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA pointing at the dataset")
-        source: GameSource = RealGames(data_dir)
-    else:
-        source = GeneratedGames(config.cache_dir, config.size)
+    data_dir, _ = choose_source(config)
+    source: GameSource = RealGames(data_dir) if data_dir else GeneratedGames(config.cache_dir, config.size)
     return FamilySubset(source, config.families) if config.families else source
+
+
+def check_split(config: AlfworldConfig, split: str, counted: bool) -> int | None:
+    """Start-up check that ``split`` exists where ``config`` plays: the real dataset's folder, or a
+    generated split's name. With ``counted``, its number of games (on the real dataset that lists the
+    split: done only for the validation split, whose size the run needs)."""
+    source = make_source(config)
+    games = source.source if isinstance(source, FamilySubset) else source
+    if isinstance(games, RealGames):
+        games.split_dir(split)
+    else:
+        games.num_games(split)
+    return source.num_games(split) if counted else None
+
+
+def announce_source(config: AlfworldConfig) -> None:
+    """Say at start-up which games the run plays and why (INFO)."""
+    data_dir, why = choose_source(config)
+    played = f"the real games in {data_dir}" if data_dir else f"generated {config.size!r} rooms"
+    log.info("ALFWorld plays %s (%s)", played, why)
 
 
 class AlfworldEnv(TextEnv):

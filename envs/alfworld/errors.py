@@ -32,3 +32,8 @@ def check_family(family: str) -> str:
     if family not in FAMILIES:
         raise ValueError(f"unknown ALFWorld task family {family!r}; expected one of {', '.join(FAMILIES)}")
     return family
+
+
+class AlfworldDataMissing(AlfworldDataError, FileNotFoundError):
+    """The dataset folder a config names is not on this machine. A data error like any other, and
+    a missing file too, so ``--dry_run`` lists it (as it lists a missing model) and goes on."""

@@ -21,7 +21,7 @@ from envs.alfworld import vocab
 from envs.alfworld.errors import check_family
 
 #: Bump when the bytes of any generated game change; it is part of the cache path and the seed.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 #: Addressable games per split (ALFWorld's own counts: 3553 train, 140 valid_seen, 134 valid_unseen).
 SPLIT_SIZES = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}

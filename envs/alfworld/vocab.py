@@ -2,7 +2,8 @@
 
 The package ships what the generator needs and nothing has to be downloaded: the 120 ALFRED
 floor plans (``alfworld/gen/layouts/FloorPlan*-objects.json``: which object and receptacle types
-a room holds; ``*-openable.json``: receptacle instances with their real ids and agent poses),
+a room holds; ``*-openable.json``: some of its receptacle instances, with their real ids and agent
+poses; ``alfred_rooms`` adds how many instances of each type the real games hold),
 ALFRED's affordance tables (``alfworld.gen.constants``: what each receptacle type can contain,
 which objects are heatable/coolable/cleanable, which rooms host which task family) and the goal
 library (PDDL goals and task sentences per family).
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 
+from envs.alfworld.alfred_rooms import RECEPTACLE_COUNTS
 from envs.alfworld.errors import import_alfworld
 
 #: The six ALFWorld task families, in alfworld's TASK_TYPES order (1..6).
@@ -39,8 +42,8 @@ LAMPS = ("DeskLamp", "FloorLamp")
 #: pickupable), but the look_at_obj_in_light goal needs the lamp `inReceptacle` some furniture.
 LAMP_RECEPTACLES = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "Sofa", "ArmChair")
 
-#: Instance counts for receptacle types a floor plan lists in objects.json but whose instances
-#: openable.json omits (it records only part of each room); typical ALFRED counts.
+#: For floor plans without real counts (``alfred_rooms``): instances of a receptacle type that
+#: objects.json names but openable.json omits entirely; typical ALFRED counts.
 DEFAULT_INSTANCES = {"StoveBurner": 4, "Drawer": 3, "Shelf": 2, "Cabinet": 4}
 
 
@@ -133,25 +136,53 @@ def _pose(values) -> tuple[int, int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def scene(number: int) -> Scene:
-    """Read floor plan ``number`` from the alfworld package (cached)."""
+def _layout(number: int) -> tuple[frozenset[str], tuple[Receptacle, ...]]:
+    """Floor plan ``number``'s layout data: the types objects.json names, and the receptacle
+    instances openable.json lists (static ones the affordance table knows, sorted by id)."""
     layouts = resources.files("alfworld.gen") / "layouts"
-    present = json.loads((layouts / f"FloorPlan{number}-objects.json").read_text())
-    listed = json.loads((layouts / f"FloorPlan{number}-openable.json").read_text())
+    present = frozenset(json.loads((layouts / f"FloorPlan{number}-objects.json").read_text()))
+    openable = json.loads((layouts / f"FloorPlan{number}-openable.json").read_text())
     static = set(static_receptacle_types())
-    receptacles = [Receptacle(_receptacle_type(uid), uid, _pose(pose)) for uid, pose in listed.items()]
-    receptacles = [r for r in receptacles if r.rtype in static and r.rtype in can_contain()]
-    seen = {r.rtype for r in receptacles}
-    for rtype in sorted(set(present) & static - seen):
-        if rtype not in can_contain():
-            continue
-        # Synthesised instances get ALFRED-shaped ids (unique per type and instance number).
-        for k in range(DEFAULT_INSTANCES.get(rtype, 1)):
-            coords = f"+0{k}.{number % 100:02d}|+00.00|-09.99"
-            uid = f"{rtype[:-5]}|{coords}|{rtype}" if rtype.endswith("Basin") else f"{rtype}|{coords}"
-            receptacles.append(Receptacle(rtype, uid, (k - 4, number % 7 - 3, k % 4, 30)))
-    objects = sorted(set(present) & set(pickupable_types()))
-    lamps = sorted(set(present) & set(LAMPS))
+    listed = [Receptacle(_receptacle_type(uid), uid, _pose(pose)) for uid, pose in openable.items()]
+    listed = sorted((r for r in listed if r.rtype in static and r.rtype in can_contain()), key=lambda r: r.uid)
+    return present, tuple(listed)
+
+
+def layout_counts(number: int) -> dict[str, int]:
+    """Receptacle type -> instances from the layout data alone: openable.json's instances, plus
+    ``DEFAULT_INSTANCES`` of each type objects.json names and openable.json omits."""
+    present, listed = _layout(number)
+    counts = Counter(r.rtype for r in listed)
+    for rtype in present & set(static_receptacle_types()) - set(counts):
+        if rtype in can_contain():
+            counts[rtype] = DEFAULT_INSTANCES.get(rtype, 1)
+    return dict(sorted(counts.items()))
+
+
+def receptacle_counts(number: int) -> dict[str, int]:
+    """Receptacle type -> instances a generated room of floor plan ``number`` holds: its real
+    games' counts where ``alfred_rooms`` knows them, else ``layout_counts``."""
+    return dict(sorted(RECEPTACLE_COUNTS[number].items())) if number in RECEPTACLE_COUNTS else layout_counts(number)
+
+
+def _synthesized(rtype: str, number: int, k: int) -> Receptacle:
+    """Instance k of a type beyond those openable.json lists: an ALFRED-shaped id, unique per type
+    and instance, outside every room (z = -9.99), so it never equals a real one."""
+    coords = f"+{k:02d}.{number % 100:02d}|+00.00|-09.99"
+    uid = f"{rtype[:-5]}|{coords}|{rtype}" if rtype.endswith("Basin") else f"{rtype}|{coords}"
+    return Receptacle(rtype, uid, (k - 4, number % 7 - 3, k % 4, 30))
+
+
+@functools.lru_cache(maxsize=None)
+def scene(number: int) -> Scene:
+    """Floor plan ``number`` with ``receptacle_counts`` instances of each receptacle type (cached)."""
+    present, listed = _layout(number)
+    receptacles = []
+    for rtype, count in receptacle_counts(number).items():
+        real = [r for r in listed if r.rtype == rtype][:count]  # their ids and poses are ALFRED's own
+        receptacles += real + [_synthesized(rtype, number, k) for k in range(count - len(real))]
+    objects = sorted(present & set(pickupable_types()))
+    lamps = sorted(present & set(LAMPS))
     receptacles.sort(key=lambda r: r.uid)
     return Scene(number, _room_of(number), tuple(objects), tuple(lamps), tuple(receptacles))
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.webshop.catalog import CATALOG_FILES
+from scpo_lightning.config_checks import FLAG, TEXT, check, count, number, optional
 
 REWARD_MODES = ("binary", "graded")
 SEARCH_BACKENDS = ("bm25s", "pyserini")
@@ -53,15 +54,21 @@ class WebShopConfig:
     webshop_human_goals: bool = True
 
     def __post_init__(self) -> None:
+        check("WebShopConfig", WebShopConfig, vars(self), {
+            "catalog_dir": optional(TEXT), "catalog_seed": number(integer=True), "num_products": count(1),
+            "goal_seed": number(integer=True), "max_steps": count(1), "pyserini_index": optional(TEXT),
+            "webshop_checkout": optional(TEXT), "webshop_num_products": optional(count(1)), "webshop_human_goals": FLAG,
+        })
+        if self.webshop_num_products is not None and not self.webshop_checkout:
+            raise ValueError(f"WebShopConfig.webshop_num_products={self.webshop_num_products} is set but only a real "
+                             "checkout reads it; set webshop_checkout too, or remove webshop_num_products")
         if self.reward_mode not in REWARD_MODES:
-            raise ValueError(f"webshop reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
+            raise ValueError(f"WebShopConfig.reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         if self.search_backend not in SEARCH_BACKENDS:
             raise ValueError(
-                f"webshop search_backend={self.search_backend!r}: choose one of {SEARCH_BACKENDS}")
+                f"WebShopConfig.search_backend={self.search_backend!r}: choose one of {SEARCH_BACKENDS}")
         if self.search_backend == "pyserini" and not self.pyserini_index:
-            raise ValueError("webshop search_backend='pyserini' needs pyserini_index (a folder path)")
-        if self.max_steps < 1:
-            raise ValueError(f"webshop max_steps={self.max_steps}: must be >= 1")
+            raise ValueError("WebShopConfig.search_backend='pyserini' needs pyserini_index (a folder path)")
         # Paths are checked here, at start-up (envs.registry builds the config before any model
         # loads), not when the first worker opens the shop.
         if self.webshop_checkout:
@@ -71,7 +78,7 @@ class WebShopConfig:
             missing = [name for name in CATALOG_FILES if not (folder / name).is_file()]
             if missing:
                 raise FileNotFoundError(
-                    f"webshop catalog_dir={self.catalog_dir} lacks {', '.join(missing)}; write a catalog there with "
+                    f"WebShopConfig.catalog_dir={self.catalog_dir} lacks {', '.join(missing)}; write a catalog there with "
                     f"`python -m envs.webshop.generate --out {self.catalog_dir}`, or leave catalog_dir unset")
 
 

@@ -3,10 +3,11 @@
 A product's document is what WebShop indexes: title, description, first bullet point and the
 option text ("size: small, large, and color: red"), lower-cased. Two engines:
 
-* ``bm25s`` (default): Lucene's BM25 variant with pyserini's defaults k1 = 0.9, b = 0.4,
-  Lucene's English stop words and the Porter stemmer (as Lucene's EnglishAnalyzer), zero
-  scores dropped (Lucene returns only documents that match a term). Ties go to the earlier
-  product in the catalog file.
+* ``bm25s`` (default): Lucene's BM25 variant with pyserini's defaults k1 = 0.9, b = 0.4, over
+  documents and queries analysed as pyserini's default English analyzer does (``analyze``):
+  words split at Unicode word boundaries, possessive "'s" dropped, Lucene's English stop words
+  removed, the Porter stemmer applied. Zero scores are dropped (Lucene returns only documents
+  that match a term). Ties go to the earlier product in the catalog file.
 * ``pyserini``: Lucene itself through pyserini's ``LuceneSearcher``, as WebShop does; needs
   ``pip install pyserini`` (Python >= 3.12) and Java >= 21. The index is built once into
   ``index_dir``.
@@ -43,30 +44,51 @@ class SearchEngine(Protocol):
         """ASINs of the best ``k`` matches, best first."""
 
 
+# A word as Lucene's StandardTokenizer (Unicode word boundaries) cuts it: "men's", "2.5", "1,000"
+# and "e.g" stay whole, and one-letter words ("s", "x") are kept.
+_WORD = re.compile(r"\w+(?:(?:['\u2019\uff07.]|(?<=\d),(?=\d))\w+)*")
+# EnglishPossessiveFilter: a trailing apostrophe-s goes ("men's" -> "men").
+_POSSESSIVE = re.compile(r"['\u2019\uff07]s$")
+
+
+class Analyzer:
+    """Text -> index terms, as pyserini's default English analyzer (what WebShop's Lucene index uses).
+
+    Tokenize, drop possessives, lower-case, drop Lucene's English stop words, Porter-stem. Words
+    of one or two letters are not stemmed: the reference Porter implementation (the one Lucene
+    ports) leaves them alone, whereas PyStemmer's Snowball Porter turns "s" into "" and "is"
+    into "i". Never yields an empty term, so every query scores (an empty term has no row in
+    the index and made bm25s raise).
+    """
+
+    def __init__(self):
+        import Stemmer
+        from bm25s.stopwords import STOPWORDS_EN  # Lucene's ENGLISH_STOP_WORDS_SET, the same 33 words
+
+        self._stemmer = Stemmer.Stemmer("porter")
+        self._stopwords = frozenset(STOPWORDS_EN)
+
+    def __call__(self, text: str) -> list[str]:
+        words = (_POSSESSIVE.sub("", w) for w in _WORD.findall(text.lower()))
+        kept = [w for w in words if w and w not in self._stopwords]
+        terms = [w if len(w) <= 2 else s for w, s in zip(kept, self._stemmer.stemWords(kept))]
+        return [t for t in terms if t]
+
+
 class BM25Search:
     """bm25s engine (see module docstring)."""
 
     def __init__(self, products: Sequence[Product]):
         import bm25s
-        import Stemmer
 
-        self._bm25s = bm25s
-        self._stemmer = Stemmer.Stemmer("porter")
+        self.analyze = Analyzer()
         self._asins = [p.asin for p in products]
-        corpus = [product_document(p) for p in products]
-        tokens = self._tokenize(corpus)
         self._index = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
-        self._index.index(tokens, show_progress=False)
-
-    def _tokenize(self, texts: list[str], return_ids: bool = True):
-        # Lucene's StandardTokenizer keeps one-character tokens, so the pattern does too.
-        return self._bm25s.tokenize(
-            texts, stopwords="en", stemmer=self._stemmer, token_pattern=r"(?u)\b\w+\b",
-            return_ids=return_ids, show_progress=False,
-        )
+        self._index.index([self.analyze(product_document(p)) for p in products], show_progress=False)
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        terms = self._tokenize([query.lower()], return_ids=False)[0]
+        # Terms no product has are left out, as Lucene ignores them; none left means no hits.
+        terms = [t for t in self.analyze(query) if t in self._index.vocab_dict]
         if not terms:
             return []
         scores = self._index.get_scores(terms)

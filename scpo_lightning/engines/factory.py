@@ -34,10 +34,14 @@ def make_engine(
     ``options`` are the engine's keyword arguments (``model.engine_options`` in the config);
     an unknown one is an error that lists the accepted ones.
     """
-    cls = _engine_class(name)
+    check_engine_options(name, options)
+    return _engine_class(name)(policy, tokenizer, **options)
+
+
+def check_engine_options(name: str, options: dict[str, Any]) -> None:
+    """An unknown option names the accepted ones (at start-up too: ``config_checks.check_module``)."""
     own = ("self", "model", "policy", "tokenizer")  # given by the module, not by the config
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in own]
+    accepted = [p for p in inspect.signature(_engine_class(name).__init__).parameters if p not in own]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"model.engine_options: {unknown} not accepted by the {name} engine; accepted: {accepted}")
-    return cls(policy, tokenizer, **options)

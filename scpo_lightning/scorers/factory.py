@@ -38,15 +38,18 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
     if name not in SCORERS:
         choices = "; ".join(f"{k}: {v}" for k, v in SCORERS.items())
         raise ValueError(f"scorer={name!r} is not a known scorer. Choose one of {choices}")
+    check_scorer_options(name, options)
     cls = _scorer_class(name)
-    accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"scorer={name!r} does not take option(s) {unknown}; it accepts {accepted or 'none'}"
-        )
     if name == "minilm" and isinstance(options.get("mapping"), dict):
         from scpo_lightning.scorers.minilm import CosineMap
 
         options["mapping"] = CosineMap(**options["mapping"])
     return cls(**options)
+
+
+def check_scorer_options(name: str, options: dict[str, Any]) -> None:
+    """An unknown option names the accepted ones (at start-up too: ``callbacks.scpo.check_scorer``)."""
+    accepted = [p for p in inspect.signature(_scorer_class(name)).parameters if p != "self"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"scorer={name!r} does not take option(s) {unknown}; it accepts {accepted or 'none'}")
