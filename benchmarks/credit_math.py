@@ -105,7 +105,8 @@ def run_plain(fn, batch: dict, config: SCPOConfig, score_of: dict):
     pipeline gets it from its batch balancer) and is timed here too."""
     start = _clock()
     rows = len(batch["steps"])
-    perm = processing_order(config.order, batch["lengths"], rows, config.order_partitions)
+    perm = processing_order(config.order, batch["lengths"], rows, config.order_partitions,
+                            traj_ids=batch["traj_ids"], steps=batch["steps"])
     rank = [0] * rows
     for pos, row in enumerate(perm.tolist()):
         rank[row] = pos
@@ -132,7 +133,8 @@ def phases(batch: dict, config: SCPOConfig, pair_scores: np.ndarray, repeats: in
             episode_scores(batch["rewards"], batch["traj_ids"], batch["is_action_valid"]),
             trajectory_returns(batch["rewards"], batch["traj_ids"])))
         timed("balanced_order_alone", lambda: processing_order(
-            config.order, batch["lengths"], len(batch["steps"]), config.order_partitions))
+            config.order, batch["lengths"], len(batch["steps"]), config.order_partitions,
+            traj_ids=batch["traj_ids"], steps=batch["steps"]))
         plan = timed("plan_shaping_incl_order", lambda: plan_shaping(traj_returns=g[2], config=config, **rows))
         credit, _ = timed("apply_plan_matcher", lambda: apply_plan(plan, pair_scores, config))
         timed("gigpo_advantage", lambda: gigpo_advantage(

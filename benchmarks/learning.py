@@ -4,9 +4,12 @@ Every method starts from the same policy (``configs/learning.yaml``: SmolLM2-135
 with the same seed, the same stream of training tasks and the same held-out validation games
 (generated tiny ALFWorld rooms, both validation splits), validated before training and every
 ``--val-every`` iterations. The methods differ only in the advantage: GRPO (``model.estimator:
-grpo``), GiGPO (``gigpo``) and SCPO (GiGPO plus the SCPO callback's step credit).
+grpo``), GiGPO (``gigpo``) and SCPO (GiGPO plus the SCPO callback's step credit); beyond the paper
+(docs/buffer_and_dynamic_sampling.md), ``scpo_buffer`` (SCPO with ``reference_source: both``),
+and dynamic sampling on GiGPO or on SCPO with the buffer (``gigpo_dynamic``, ``scpo_buffer_dynamic``).
 
     python -m benchmarks.learning            # 4 iterations per method: ~30 min for the first, ~22 for each other, 2 cores
+    python -m benchmarks.learning --methods gigpo scpo scpo_buffer scpo_buffer_dynamic
     python -m benchmarks.learning --smoke    # a tiny random model on the corridor world: seconds
 
 Writes ``benchmarks/results/learning.json`` (per validation: successes of the same games, the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,12 +39,20 @@ from benchmarks.common import RESULTS, load_average, machine, write_result
 
 CONFIG = Path("configs/learning.yaml")
 LOG_DIR = Path("runs/learning")
-METHODS = ("grpo", "gigpo", "scpo")
+#: Per method: the estimator, the SCPO callback's settings over the config's (None: no SCPO
+#: callback) and data settings over the config's. Validation is the same for all of them.
+DYNAMIC = {"dynamic_sampling": {"top_up": True, "max_retries": 2}}
+METHODS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
+    "grpo": ("grpo", None, {}), "gigpo": ("gigpo", None, {}), "scpo": ("gigpo", {}, {}),
+    "scpo_buffer": ("gigpo", {"reference_source": "both"}, {}),
+    "gigpo_dynamic": ("gigpo", None, DYNAMIC), "scpo_buffer_dynamic": ("gigpo", {"reference_source": "both"}, DYNAMIC),
+}
+DEFAULT_METHODS = ("grpo", "gigpo", "scpo")
 #: Per-iteration scalars kept in the JSON (the module's and the SCPO callback's names).
 TRAIN_KEYS = ("train/loss", "train/pg_loss", "train/kl", "train/entropy", "train/clip_frac", "train/approx_kl_old",
               "train/advantage_std", "train/grad_norm", "train/optimizer_steps", "rollout/logprob_diff_max")
 SCPO_KEYS = ("groups_with_reference", "failed_trajectories", "credited_steps_per_failed", "mean_aux_reward",
-             "pairs_requested", "pairs_scored")
+             "pairs_requested", "pairs_scored", "groups_with_buffer_reference", "buffer_size", "buffer_hit_rate")
 Z95 = 1.959963984540054
 
 
@@ -97,6 +109,8 @@ class Recorder(L.Callback):
                   **{k.split("/", 1)[1]: round(m[k], 6) for k in TRAIN_KEYS if k in m}}
         if stats:
             record["scpo"] = {k: stats[k] for k in SCPO_KEYS if k in stats}
+        if batch.sampling_stats:
+            record["sampling"] = dict(batch.sampling_stats)
         self.iterations.append(record)
 
 
@@ -108,6 +122,26 @@ def validation_record(iteration: int, episodes: list[dict[str, Any]], wall_s: fl
             "wall_s": round(wall_s, 1), "outcomes": [[e["task"], int(e["won"])] for e in episodes]}
 
 
+def method_config(method: str, config: Path, folder: Path) -> Path:
+    """``config`` with ``method``'s SCPO and data settings written in (``config`` itself when it has none)."""
+    import yaml
+
+    _, scpo, data = METHODS[method]
+    if not scpo and not data:
+        return config
+    cfg = yaml.safe_load(config.read_text())
+    callbacks = [cb for cb in cfg["trainer"].get("callbacks") or [] if cb["class_path"].endswith("SCPOCallback")]
+    if scpo is not None and not callbacks:
+        raise ValueError(f"benchmarks.learning: {config} has no SCPOCallback, so `{method}` would train without SCPO")
+    for cb in callbacks:
+        cb["init_args"] = {**(cb.get("init_args") or {}), **(scpo or {})}
+    cfg["data"].update(data)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{config.stem}_{method}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def cli_args(method: str, seed: int, iterations: int, val_every: int, shared_zero: bool, config: Path,
              extra: list[str], log_dir: Path = LOG_DIR) -> list[str]:
     return ["--config", str(config), f"--seed_everything={seed}", f"--trainer.max_epochs={iterations}",
@@ -115,11 +149,11 @@ def cli_args(method: str, seed: int, iterations: int, val_every: int, shared_zer
             f"--trainer.num_sanity_val_steps={0 if shared_zero else -1}",
             f"--trainer.logger.init_args.save_dir={log_dir.parent}", f"--trainer.logger.init_args.name={log_dir.name}",
             f"--trainer.logger.init_args.version={method}_seed{seed}",
-            f"--model.estimator={'grpo' if method == 'grpo' else 'gigpo'}", *extra]
+            f"--model.estimator={METHODS[method][0]}", *extra]
 
 
 def train_one(method: str, args: list[str]) -> Recorder:
-    """One method's run through the app's own CLI; SCPO's callback is dropped for GRPO and GiGPO."""
+    """One method's run through the app's own CLI; SCPO's callback is dropped for methods without SCPO."""
     from callbacks.scpo import SCPOCallback
     from scpo_lightning.cli import SCPOCLI
     from scpo_lightning.datamodule import RolloutDataModule
@@ -129,9 +163,10 @@ def train_one(method: str, args: list[str]) -> Recorder:
                   trainer_defaults={"plugins": [{"class_path": "scpo_lightning.checkpoint_io.AtomicCheckpointIO"}]})
     trainer = cli.trainer
     scpo = [cb for cb in trainer.callbacks if isinstance(cb, SCPOCallback)]
-    if method == "scpo" and not scpo:
-        raise ValueError("benchmarks.learning: the config has no SCPOCallback, so `scpo` would train plain GiGPO")
-    if method != "scpo":
+    with_scpo = METHODS[method][1] is not None
+    if with_scpo and not scpo:
+        raise ValueError(f"benchmarks.learning: the config has no SCPOCallback, so `{method}` would train plain GiGPO")
+    if not with_scpo:
         trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, SCPOCallback)]
     recorder = Recorder()
     trainer.callbacks.insert(0, recorder)
@@ -201,7 +236,8 @@ def smoke_config(tmp: Path, config: Path = CONFIG) -> Path:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="methods to train, in order")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS),
+                        help="methods to train, in order")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (each: every method from the same start)")
     parser.add_argument("--iterations", type=int, default=4, help="training iterations per run")
     parser.add_argument("--val-every", type=int, default=4, help="validate every this many iterations (and at 0)")
@@ -214,8 +250,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --model.lr=5e-5
     log_dir = LOG_DIR
     if args.smoke:
-        import tempfile
-
         tmp = Path(tempfile.mkdtemp(prefix="learning_smoke_"))
         args.config, args.iterations, args.val_every = smoke_config(tmp, args.config), 2, 1
         log_dir = tmp / "runs" / "learning"
@@ -224,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.iterations % args.val_every:
         raise ValueError(f"--iterations {args.iterations} must be a multiple of --val-every {args.val_every}, "
                          "so that the last iteration is validated")
+    variants = Path(tempfile.mkdtemp(prefix="learning_methods_"))  # each method's config, as it ran
+    configs = {m: method_config(m, args.config, variants) for m in args.methods}
     started, t0 = machine(), time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}
     result: dict[str, Any] = {}
@@ -231,8 +267,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         zero = None
         for method in args.methods:
             shared = zero is not None and not args.no_shared_zero
-            rec = train_one(method, cli_args(method, seed, args.iterations, args.val_every, shared, args.config, extra,
-                                             log_dir))
+            rec = train_one(method, cli_args(method, seed, args.iterations, args.val_every, shared, configs[method],
+                                             extra, log_dir))
             validations = ([zero] if shared else []) + rec.validations
             zero = zero or rec.validations[0]
             runs[f"{method}_seed{seed}"] = {"method": method, "seed": seed, "validations": validations,
@@ -242,8 +278,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"it {v['iteration']}: {v['successes']}/{v['episodes']}" for v in validations), flush=True)
             # Written after every run, so a stopped benchmark keeps what it finished (`runs` says which).
             result = {
-                "what": "validation success of GRPO, GiGPO and SCPO trained from the same policy, seeds and tasks",
-                "config": str(args.config), "cli_overrides": extra, "iterations": args.iterations,
+                "what": "validation success of the methods trained from the same policy, seeds and tasks",
+                "config": str(args.config), "cli_overrides": extra,
+                "method_settings": {m: {"estimator": METHODS[m][0], "scpo": METHODS[m][1], "data": METHODS[m][2]}
+                                    for m in args.methods}, "iterations": args.iterations,
                 "val_every": args.val_every, "methods_requested": args.methods, "seeds_requested": args.seeds,
                 "summary": summarise(runs), "runs": runs, "wall_s": round(time.perf_counter() - t0, 1),
                 "machine": started, "load_average_at_end": load_average(),

@@ -7,15 +7,18 @@ for each way of computing:
   everything, bf16 logits: the quickstart before this benchmark;
 - ``bf16_grid``: weights snapped onto the bf16 grid once, bf16 autocast, fp32 LM head (the default
   now, ``model.bf16_grid: auto``);
-- ``fp32``: no autocast at all.
+- ``fp32``: no autocast at all;
+- ``fp32_lora16``: no autocast, LoRA adapters of rank 16 on every linear layer (``model.lora_rank:
+  16``, the frozen weights as loaded): only the adapters take the step.
 
 it takes ONE AdamW step (the quickstart's loss: PPO clip, entropy, k3 KL) at lr 1e-6 and at lr
 1e-7, with random ±1-sized advantages and with zero advantages (the entropy term alone), and reports, against the weights before the step, the mean
 k3 KL per response token and the mean |Δ log-prob|: an update should move them by what the
 learning rate says (both shrink ≥ 10x with a 10x smaller step when the noise floor is gone). It
 also reports what depends on batching alone (the same rows, micro-batches of 8 vs 5), how far
-bf16 sampling is from fp32 training on the same weights, and seconds per row of the update's
-forward+backward and of a no-grad forward (the log-prob passes; prefill-like).
+bf16 sampling is from fp32 training on the same weights, seconds per row of the update's
+forward+backward and of a no-grad forward (the log-prob passes; prefill-like), and how much of a
+LoRA adapter's contribution a bf16 forward shows, by its size (``lora_visibility``).
 
     python -m benchmarks.numerics [--rows 32] [--threads 2]
 """
@@ -25,21 +28,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import json
 import time
 
 import torch
 
-from benchmarks.common import load_average, machine, write_result
+from benchmarks.common import RESULTS, load_average, machine, write_result
 from benchmarks.record_batches import load_batches
 from scpo_lightning.logprobs import response_logprobs
+from scpo_lightning.model_setup import with_lora
 from scpo_lightning.losses import k3_kl, policy_loss
 from scpo_lightning.policy import SMOLLM2_GGUF, load_policy
 from scpo_lightning.precision import bf16_tie_fraction, fp32_output_head, off_bf16_grid_fraction, snap_to_bf16_grid_
 
-VARIANTS = {  # name: (snap weights onto the bf16 grid, fp32 LM head, autocast dtype)
-    "bf16_tied": (False, False, torch.bfloat16),
-    "bf16_grid": (True, True, torch.bfloat16),
-    "fp32": (False, True, None),
+VARIANTS = {  # name: (snap weights onto the bf16 grid, fp32 LM head, autocast dtype, LoRA rank)
+    "bf16_tied": (False, False, torch.bfloat16, 0),
+    "bf16_grid": (True, True, torch.bfloat16, 0),
+    "fp32": (False, True, None, 0),
+    "fp32_lora16": (False, True, None, 16),
 }
 LRS = (1e-6, 1e-7)
 ADVANTAGES = ("random", "zero")
@@ -88,11 +94,52 @@ def one_step(model, rows, adv, lr: float, micro: int, dtype, pad_id: int, old, r
     return time.perf_counter() - start
 
 
+def lora_visibility(scales=(1e-5, 1e-4, 2e-4, 1e-3, 1e-2), width: int = 576, rows: int = 64) -> list[dict[str, float]]:
+    """How much of a LoRA adapter's contribution a bf16-autocast forward shows, by its size.
+
+    One SmolLM2-wide linear layer (N(0, 0.04) weights) with a rank-16 adapter whose B is N(0, 1)·scale:
+    the change of the output under bf16 autocast (adapter on vs off) against the exact fp32 change
+    s·x·(BA)ᵀ. peft adds the adapter's output to the layer's in bf16, so a change below half a bf16
+    step of the output (~0.2 % of it) is rounded away.
+    """
+    import peft
+
+    gen = torch.Generator().manual_seed(0)
+    layer = torch.nn.Sequential(torch.nn.Linear(width, width, bias=False))
+    layer[0].weight.data = torch.randn(width, width, generator=gen) * 0.04
+    model = peft.get_peft_model(layer, peft.LoraConfig(r=16, lora_alpha=32, target_modules=["0"]))
+    lora = model.base_model.model[0]
+    x = torch.randn(rows, width, generator=gen)
+    out = []
+    for scale in scales:
+        lora.lora_B["default"].weight.data.zero_()
+        with torch.no_grad(), autocast(torch.bfloat16):
+            off = model(x).float()
+        lora.lora_B["default"].weight.data = torch.randn(width, 16, generator=gen) * scale
+        with torch.no_grad(), autocast(torch.bfloat16):
+            on = model(x).float()
+        with torch.no_grad():
+            exact = x @ (lora.lora_B["default"].weight @ lora.lora_A["default"].weight).T * lora.scaling["default"]
+        out.append({"relative_change": float(exact.abs().mean() / off.abs().mean()),
+                    "seen_fraction": float((on - off).abs().mean() / exact.abs().mean()),
+                    "outputs_unchanged": float(((on - off) == 0).float().mean())})
+    return out
+
+
+def earlier_variants(names: set[str]) -> dict[str, dict]:
+    """The entries of ``names`` in the committed result (a run of some variants keeps the others)."""
+    path = RESULTS / "numerics.json"
+    kept = json.loads(path.read_text())["variants"] if names and path.exists() else {}
+    return {name: kept[name] for name in VARIANTS if name in names and name in kept}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=32, help="recorded rows to use (from batch_00 on)")
     parser.add_argument("--micro", type=int, default=8, help="rows per micro-batch (the quickstart's)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="variants to run; the others are kept from an earlier benchmarks/results/numerics.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     started = machine()
@@ -106,12 +153,16 @@ def main() -> None:
     result = {"benchmark": "numerics", "rows": len(rows), "micro_batch_rows": args.micro,
               "response_tokens": sum(len(r) for _, r in rows), "prompt_tokens_mean": sum(len(p) for p, _ in rows) / len(rows),
               "bf16_tie_fraction_as_loaded": bf16_tie_fraction(base), "variants": {}}
-    for name, (snap, head32, dtype) in VARIANTS.items():
+    result["variants"] = earlier_variants(set(VARIANTS) - set(args.variants))
+    for name in args.variants:
+        snap, head32, dtype, lora_rank = VARIANTS[name]
         model = copy.deepcopy(base)
         if snap:
             snap_to_bf16_grid_(model)
         if head32:
             fp32_output_head(model)
+        if lora_rank:
+            model = with_lora(model, lora_rank)
         t0 = time.perf_counter()
         before = logprobs(model, rows, args.micro, dtype, pad_id)
         forward_s = time.perf_counter() - t0
@@ -129,6 +180,8 @@ def main() -> None:
                 del stepped
         result["variants"][name] = entry
         print(name, entry, flush=True)
+    result["lora_delta_under_bf16"] = lora_visibility()
+    print("lora_delta_under_bf16", result["lora_delta_under_bf16"], flush=True)
     result["machine"] = started
     result["load_average_end"] = load_average()
     write_result("numerics", result)

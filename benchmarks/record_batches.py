@@ -24,6 +24,7 @@ every batch, and ``--resume`` continues an interrupted recording.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import lzma
 import pickle
 import time
@@ -81,8 +82,17 @@ def load_batches(env: str, data_dir: Path = DATA, pattern: str = "*.pkl.xz") -> 
     out = []
     for p in paths:
         with lzma.open(p, "rb") as f:
-            out.append((p.name, pickle.load(f)))
+            out.append((p.name, with_new_fields(pickle.load(f))))
     return out
+
+
+def with_new_fields(batch: Any) -> Any:
+    """``batch`` with the defaults of RolloutBatch fields added after it was recorded (unpickling
+    restores only the fields the recording had)."""
+    for f in dataclasses.fields(batch):
+        if f.name not in vars(batch):
+            setattr(batch, f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+    return batch
 
 
 def batch_info(batch: Any, tau_succ: float, file: str, size: int, load: list[float] | None) -> dict[str, Any]:

@@ -61,7 +61,8 @@ def naive_shape(batch: Any, config: Any, scorer: Any) -> tuple[np.ndarray, dict[
     n = len(batch)
     keep = batch.is_action_valid & ~batch.noop
     texts = step_texts(batch.actions, batch.observations, config.separator)
-    perm = processing_order(config.order, batch.lengths, n, config.order_partitions)
+    perm = processing_order(config.order, batch.lengths, n, config.order_partitions,
+                            traj_ids=batch.traj_ids, steps=batch.steps)
     rank = np.empty(n, dtype=np.int64)
     rank[perm] = np.arange(n)
     rows_of: dict[int, list[int]] = defaultdict(list)

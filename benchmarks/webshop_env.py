@@ -57,7 +57,7 @@ def main() -> None:
     t = time.perf_counter()
     shop = build_shop(config)
     values["shop_build_s"] = time.perf_counter() - t
-    rows.append(("shop build (generate + load + bm25s index)", f"{values['shop_build_s']:.3f} s"))
+    rows.append(("shop build (generate + load + Lucene BM25 index)", f"{values['shop_build_s']:.3f} s"))
 
     queries = [goal_query(g.instruction_text) for g in shop.catalog.goals[:500]]
     latencies = []

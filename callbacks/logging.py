@@ -6,7 +6,8 @@ runs the whole validation set). The exception is ``train_step/``: the loss parts
 drift from π_old and grad norm of every PPO mini-batch, keyed by optimizer step since the run
 began (the ratio is 1 on an iteration's first mini-batch, so its clip fraction is 0 by design). Faults are logged, never only printed: episodes lost to env
 workers (per reason, per iteration and in total, training and validation) and, from the batch's
-SCPO stats, scorer failures.
+SCPO stats, scorer failures. With dynamic sampling, ``sampling/`` holds its group counts
+(``rollout/`` then describes the groups that train; ``sampling/collected_success`` all collected).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class RLLogger(L.Callback):
         it = trainer.current_epoch + 1
         metrics = dict(pl_module.last_metrics)
         metrics.update(batch_metrics(batch))  # each rank collected its own groups: over all ranks
+        metrics.update({f"sampling/{k}": v for k, v in batch.sampling_stats.items()})  # over all ranks already
         failures = self.failure_counts({k[13:]: v for k, v in metrics.items() if k.startswith("env_failures/")})
         for key, value in failures.items():
             self.env_failure_totals[key] = self.env_failure_totals.get(key, 0.0) + value
@@ -78,6 +80,8 @@ class RLLogger(L.Callback):
             f"loss {metrics.get('train/loss', float('nan')):.4f} kl {metrics.get('train/kl', float('nan')):.4f} "
             f"scpo credited/failed {batch.scpo_stats.get('credited_steps_per_failed', 0.0):.2f} "
             f"rollout {batch.timings.get('rollout_s', 0.0):.1f}s update {metrics.get('time/update_s', 0.0):.1f}s"
+            + (f" | groups kept {batch.sampling_stats['groups_kept']:.0f}/{batch.sampling_stats['groups_collected']:.0f}"
+               f" after {batch.sampling_stats['retries']:.0f} retries" if batch.sampling_stats else "")
             + (f" | episodes lost to env failures {failures['episodes']:.0f}: {batch.env_failures}"
                if batch.env_failures else "")
         )

@@ -5,6 +5,11 @@ hands the pairs to the scorer in a worker thread; the module recomputes old and 
 log-probs meanwhile and calls ``batch.wait_shaping()`` before it computes advantages, so the
 update waits only if scoring is not done. Only the step-level advantage sees G̃ (§3.9).
 
+With ``reference_source: buffer | both`` the callback keeps, per task, the successes of earlier
+iterations (``scpo_lightning.reference_buffer``; docs/buffer_and_dynamic_sampling.md): each batch
+is planned against the buffer as it stood before the batch, then its own successes are added
+(gathered from every rank, so all ranks hold the same buffer and a checkpoint holds all of it).
+
 A scorer that raises or runs past ``scorer_timeout_s`` costs that batch its shaping, not the run:
 the batch trains as plain GiGPO (``shaped_returns`` stays None), with a logged warning and the
 ``scpo/scorer_failures`` counters, unless ``on_scorer_error: fail``.
@@ -12,7 +17,6 @@ the batch trains as plain GiGPO (``shaped_returns`` stays None), with a logged w
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -22,11 +26,13 @@ from typing import Any
 import lightning as L
 import numpy as np
 
+from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_scpo_callback
+from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
 from scpo_lightning.scorers.factory import check_scorer_options
-from scpo_lightning.shaper import SCPOConfig, ShapingPlan, apply_plan, plan_shaping
+from scpo_lightning.shaper import SCPOConfig, ShapingPlan, apply_plan, plan_shaping, reference_kind
 
 log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
@@ -41,13 +47,9 @@ def check_scorer(name: str, options: dict[str, Any]) -> None:
     except ValueError as exc:
         raise ValueError(f"SCPOCallback.scorer_options: {exc}") from None
     if name == "bge":
-        if importlib.util.find_spec("FlagEmbedding") is None:
-            raise ImportError("SCPOCallback.scorer=bge needs FlagEmbedding: pip install -e '.[bge]'")
-        model_dir = options.get("model_dir")
-        if not model_dir or not (Path(model_dir).expanduser() / "config.json").is_file():
-            raise FileNotFoundError(
-                f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a local model folder; point it at a "
-                "downloaded BAAI/bge-reranker-v2-m3 (nothing is fetched at run time), or use scorer: minilm")
+        from scpo_lightning.scorers.bge import check_bge_options
+
+        check_bge_options(options)
     if name == "minilm":
         from scpo_lightning.scorers.minilm import bundled_model_dir
 
@@ -75,6 +77,9 @@ class SCPOCallback(L.Callback):
         order: Processing order of failed steps: balanced (paper), chronological or random.
         order_partitions: K partitions of the balanced order (4 = the published runs' ranks).
         monotonic: Credit each reference position once (False = the repeated-credit ablation).
+        reference_source: Where a group's reference comes from: siblings (the paper: a successful sibling, else no credit), buffer (only a success of the same task from an earlier iteration, even when the group has its own) or both (a successful sibling when there is one, else the buffer).
+        buffer_size: Successes kept per task for reference_source buffer/both, the newest (ties of reference: longest go to the newest).
+        buffer_max_age: Buffered successes older than this many iterations are dropped (null = kept until newer successes of the task replace them).
         on_scorer_error: What a scorer that raises or times out does: skip (that batch trains without SCPO shaping, as plain GiGPO; warned and counted in scpo/scorer_failures) or fail (stop the run).
         scorer_timeout_s: Seconds one batch's scoring may take, from its start in the background (it overlaps the log-prob recomputation); longer counts as a scorer failure. null = no limit.
         seed: Seed for the random reference/order ablations.
@@ -93,6 +98,9 @@ class SCPOCallback(L.Callback):
         order: str = "balanced",
         order_partitions: int = 4,
         monotonic: bool = True,
+        reference_source: str = "siblings",
+        buffer_size: int = 4,
+        buffer_max_age: int | None = None,
         on_scorer_error: str = "skip",
         scorer_timeout_s: float | None = 1800.0,
         seed: int = 0,
@@ -100,7 +108,8 @@ class SCPOCallback(L.Callback):
         check_scpo_callback(locals())  # its own values (scpo_lightning/config_checks.py); SCPOConfig's next
         try:
             self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
-                                     order=order, order_partitions=order_partitions, monotonic=monotonic)
+                                     order=order, order_partitions=order_partitions, monotonic=monotonic,
+                                     reference_source=reference_source)
         except ValueError as exc:  # its message starts with the field name
             raise ValueError(f"SCPOCallback.{exc}") from None
         # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
@@ -111,6 +120,7 @@ class SCPOCallback(L.Callback):
         self.rng = np.random.default_rng(seed)
         self.scorer: CachedScorer | None = None
         self.scorer_failures = 0
+        self.buffer = SuccessBuffer(buffer_size, buffer_max_age) if reference_source != "siblings" else None
         #: The last shaped batch's plan and pair scores, for the credit heatmap.
         self.last: tuple[ShapingPlan, np.ndarray, RolloutBatch] | None = None
 
@@ -125,13 +135,40 @@ class SCPOCallback(L.Callback):
             self.scorer.close(timeout=0)
             self.scorer = None
 
+    @staticmethod
+    def group_tasks(batch: RolloutBatch) -> dict[int, str]:
+        """Group id -> task id (ALFWorld game, WebShop goal): the buffer's key."""
+        return {t["group"]: t["task_id"] for t in batch.trajectories if t["task_id"]}
+
+    def buffered_references(self, batch: RolloutBatch, iteration: int) -> dict[int, list[BufferedReference]] | None:
+        """Per group, the stored successes of its task that iteration ``iteration`` may use."""
+        if self.buffer is None:
+            return None
+        return {g: self.buffer.candidates(task, iteration) for g, task in self.group_tasks(batch).items()}
+
+    def creditable_groups(self, batch: RolloutBatch, iteration: int) -> set[int]:
+        """Groups whose failed siblings this callback will match against a reference (a sibling or a
+        buffered success), before any scoring: what dynamic sampling keeps although their episode
+        scores do not vary (data.dynamic_sampling; the same rule as ``plan_shaping``'s)."""
+        buffered = self.buffered_references(batch, iteration) or {}
+        trajs, first = np.unique(np.asarray(batch.traj_ids, dtype=np.int64), return_index=True)  # those with rows
+        won: dict[int, list[bool]] = {}
+        for traj, ret in zip(trajs.tolist(), batch.traj_returns[first]):
+            won.setdefault(batch.trajectories[traj]["group"], []).append(bool(ret > self.config.tau_succ))
+        return {g for g, wins in won.items()
+                if not all(wins) and reference_kind(any(wins), bool(buffered.get(g)), self.config.reference_source)}
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: RolloutBatch, batch_idx: int) -> None:
         t0 = time.perf_counter()
+        iteration = trainer.current_epoch if self.buffer is not None else 0  # the buffer's clock
         plan = plan_shaping(
             group_ids=batch.group_ids, traj_ids=batch.traj_ids, steps=batch.steps, traj_returns=batch.traj_returns,
             actions=batch.actions, observations=batch.observations, is_action_valid=batch.is_action_valid,
             noop=batch.noop, lengths=batch.lengths, config=self.config, rng=self.rng,
+            buffered=self.buffered_references(batch, iteration),
         )
+        if self.buffer is not None:
+            self._remember(plan, self.group_tasks(batch), iteration)
         future = self.scorer.submit(plan.pairs)
         submitted = time.monotonic()
         plan_s = time.perf_counter() - t0
@@ -162,6 +199,21 @@ class SCPOCallback(L.Callback):
 
         batch.pending_shaping = finish
 
+    def _remember(self, plan: ShapingPlan, tasks: dict[int, str], iteration: int) -> None:
+        """Add the batch's successes of every rank to the buffer (collective), after planning: a
+        batch never uses its own successes through the buffer."""
+        mine = [(tasks[g], texts, length) for g, texts, length in plan.successes if g in tasks]
+        added: dict[str, list[BufferedReference]] = {}
+        for part in distributed.gather_objects(mine):  # rank order: the same buffer on every rank
+            for task, texts, length in part:
+                added.setdefault(task, []).append(BufferedReference(texts, length, iteration))
+        for task, refs in added.items():
+            self.buffer.add(task, refs)
+        self.buffer.prune(iteration + 1)  # what the next iteration cannot use any more
+        lookups = plan.stats["buffer_lookups"]
+        plan.stats.update({"buffer_size": float(len(self.buffer)), "buffer_tasks": float(self.buffer.tasks),
+                           "buffer_hit_rate": plan.stats["groups_with_buffer_reference"] / lookups if lookups else 0.0})
+
     def _failed(self, batch: RolloutBatch, reason: str, exc: BaseException | None = None) -> None:
         """One batch's scoring failed: stop the run, or count it and train the batch unshaped."""
         self.scorer_failures += 1
@@ -175,8 +227,13 @@ class SCPOCallback(L.Callback):
         self.last = None  # no heatmap of an older batch under this iteration
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "scorer_failures": self.scorer_failures}
+        state = {"rng": self.rng.bit_generator.state, "scorer_failures": self.scorer_failures}
+        if self.buffer is not None:
+            state["buffer"] = self.buffer.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state_dict["rng"]
         self.scorer_failures = state_dict["scorer_failures"]
+        if self.buffer is not None:  # a checkpoint of a run without the buffer: it starts empty
+            self.buffer.load_state_dict(state_dict.get("buffer", {}))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,9 @@ class RolloutBatch:
     timings: dict[str, float] = field(default_factory=dict)
     #: Episodes ended by env/worker failures, per reason, and workers restarted (envs.workers).
     env_failures: dict[str, float] = field(default_factory=dict)
+    #: Dynamic sampling's counts over all ranks (groups collected, dropped, kept, retries; see
+    #: scpo_lightning.dynamic_sampling); empty without it.
+    sampling_stats: dict[str, float] = field(default_factory=dict)
     #: Set by the SCPO callback while the scorer runs in the background; ``wait_shaping`` ends it
     #: (it waits at most the callback's scorer_timeout_s, and raises only with on_scorer_error: fail).
     pending_shaping: Callable[[], None] | None = None
@@ -84,3 +87,68 @@ class RolloutBatch:
         if any("score" in t for t in trajs):  # graded envs: an episode that bought nothing scores 0
             out["score"] = 100.0 * float(np.mean([t.get("score", 0.0) for t in trajs]))
         return out
+
+    def select_groups(self, groups: Sequence[int]) -> RolloutBatch:
+        """The rows and trajectories of ``groups`` only, numbered as ``collect`` numbers them:
+        group ``groups[k]`` becomes group k, trajectories 0.. group by group, rows in their order."""
+        if self.pending_shaping is not None or self.shaped_returns is not None:
+            raise ValueError("select_groups is for collected batches, before SCPO shaping starts")
+        new_group = {int(g): k for k, g in enumerate(groups)}
+        trajs = sorted((i for i, t in enumerate(self.trajectories) if t["group"] in new_group),
+                       key=lambda i: (new_group[self.trajectories[i]["group"]], i))
+        new_traj = {old: k for k, old in enumerate(trajs)}
+        rows = [i for i, g in enumerate(self.group_ids) if g in new_group]
+        picked = {f.name: _take(getattr(self, f.name), rows) for f in fields(self) if f.name in _ROW_FIELDS}
+        picked["group_ids"] = [new_group[g] for g in picked["group_ids"]]
+        picked["traj_ids"] = [new_traj[t] for t in picked["traj_ids"]]
+        trajectories = [{**self.trajectories[i], "group": new_group[self.trajectories[i]["group"]]} for i in trajs]
+        return RolloutBatch(**picked, trajectories=trajectories, timings=dict(self.timings),
+                            env_failures=dict(self.env_failures))
+
+    @staticmethod
+    def concat(parts: Sequence[RolloutBatch]) -> RolloutBatch:
+        """Collected batches as one: each part's groups and trajectories numbered after the
+        previous parts' (rows keep their order); timings and failure counts add up."""
+        if not parts:
+            raise ValueError("concat needs at least one batch")
+        ids: dict[str, list] = {"group_ids": [], "traj_ids": []}
+        trajectories: list[dict[str, Any]] = []
+        groups = 0
+        for part in parts:
+            if part.pending_shaping is not None or part.shaped_returns is not None:
+                raise ValueError("concat is for collected batches, before SCPO shaping starts")
+            ids["group_ids"] += [g + groups for g in part.group_ids]
+            ids["traj_ids"] += [t + len(trajectories) for t in part.traj_ids]
+            trajectories += [{**t, "group": t["group"] + groups} for t in part.trajectories]
+            groups += 1 + max((t["group"] for t in part.trajectories), default=-1)
+        joined = {name: _join([getattr(p, name) for p in parts]) for name in _ROW_FIELDS if name not in ids}
+        return RolloutBatch(**ids, **joined, trajectories=trajectories, timings=_add([p.timings for p in parts]),
+                            env_failures=_add([p.env_failures for p in parts]))
+
+
+#: Fields with one entry per row (the rest describe the batch or its trajectories).
+_ROW_FIELDS = ("group_ids", "traj_ids", "steps", "prompt_ids", "response_ids", "anchors", "actions", "observations",
+               "responses", "rewards", "dones", "is_action_valid", "noop", "families", "step_returns",
+               "episode_scores", "traj_returns", "shaped_returns", "sampling_logprobs", "rollout_logprobs",
+               "scpo_credit")
+
+
+def _take(value: Any, rows: list[int]) -> Any:
+    if value is None:
+        return None
+    return value[np.asarray(rows, dtype=np.int64)] if isinstance(value, np.ndarray) else [value[i] for i in rows]
+
+
+def _add(counts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in counts:
+        for key, value in part.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _join(values: list[Any]) -> Any:
+    """Row fields of several batches end to end; None where any batch has none (log-probs: all or none)."""
+    if any(v is None for v in values):
+        return None
+    return np.concatenate(values) if isinstance(values[0], np.ndarray) else [x for v in values for x in v]

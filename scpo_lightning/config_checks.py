@@ -136,6 +136,7 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
     options are (``envs.registry.check_splits``)."""
     from envs.registry import FACTORIES, PROMPT_FAMILY
     from scpo_lightning.datamodule import RolloutDataModule
+    from scpo_lightning.dynamic_sampling import DynamicSampling
     from scpo_lightning.rollout import RolloutConfig
 
     check("data", RolloutDataModule, values, {
@@ -147,6 +148,7 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
         "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1), "rollout": instance(RolloutConfig),
         "workers": count(0), "worker_backend": one_of("process", "ray"), "ray_address": optional(TEXT),
         "step_timeout_s": positive(), "reset_timeout_s": positive(), "seed": count(0), "progress": FLAG,
+        "dynamic_sampling": instance(DynamicSampling),
     })
     rollout, family = values["rollout"], PROMPT_FAMILY[values["env"]]
     if rollout is not None and rollout.env != family:
@@ -171,6 +173,11 @@ def check_rollout(config: Any) -> None:
                          "model can write any command); remove it or set action_mode: constrained")
 
 
+def check_dynamic_sampling(config: Any) -> None:
+    """DynamicSampling (``data.dynamic_sampling.*``)."""
+    check("data.dynamic_sampling", type(config), vars(config), {"top_up": FLAG, "max_retries": count(1)})
+
+
 def check_scpo_callback(values: Mapping[str, Any]) -> None:
     """SCPOCallback's own fields; SCPOConfig checks the shaping ones (alpha, theta, ...)."""
     from callbacks.scpo import ON_SCORER_ERROR, SCPOCallback
@@ -179,7 +186,11 @@ def check_scpo_callback(values: Mapping[str, Any]) -> None:
         "scorer_options": MAPPING, "cache_entries": count(0), "tau_succ": number(finite=True),
         "monotonic": FLAG, "on_scorer_error": one_of(*ON_SCORER_ERROR),
         "scorer_timeout_s": optional(positive()), "seed": count(0),
+        "buffer_size": count(1), "buffer_max_age": optional(count(1)),
     })
+    if values["buffer_max_age"] is not None and values["reference_source"] == "siblings":
+        raise ValueError(f"SCPOCallback.buffer_max_age={values['buffer_max_age']} applies to the success buffer, which "
+                         "reference_source: siblings does not keep; set reference_source: both (or buffer), or remove it")
 
 
 def check_rl_logger(values: Mapping[str, Any]) -> None:

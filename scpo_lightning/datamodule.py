@@ -9,6 +9,10 @@ same seeded sampler and collects its contiguous share of them, whole groups only
 statistics, GiGPO and SCPO stay rank-local; the iteration's tasks are those of a one-device run
 with the same seed, and the sampler state (the resume state) is the same on every rank.
 Validation episodes are cut into one contiguous block per rank: no duplicates, no gaps.
+
+With ``dynamic_sampling`` the training batch keeps only groups whose episode scores vary (and
+those SCPO will credit; scpo_lightning.dynamic_sampling), topping up from further draws; the
+ranks agree on every retry, and the counts in ``batch.sampling_stats`` cover all ranks.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
 from envs.registry import PROMPT_FAMILY, SequentialPool, check_splits, make_env_factory, split_size
+from scpo_lightning import distributed
+from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
+from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
 from scpo_lightning.engines.base import SamplingParams
 from scpo_lightning.rollout import RolloutConfig, collect
 
@@ -74,6 +81,7 @@ class RolloutDataModule(L.LightningDataModule):
         reset_timeout_s: The same limit for loading new games at reset.
         seed: Seed of the task sampler and of generation.
         progress: Show rich progress bars for rollout steps.
+        dynamic_sampling: Drop groups whose episode scores do not vary from the update, optionally topping up with more groups (DAPO's dynamic sampling; docs/buffer_and_dynamic_sampling.md); null = every collected group trains (the paper).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class RolloutDataModule(L.LightningDataModule):
         reset_timeout_s: float = 900.0,
         seed: int = 0,
         progress: bool = True,
+        dynamic_sampling: DynamicSampling | None = None,
     ):
         super().__init__()
         check_datamodule(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
@@ -114,6 +123,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.val_episodes, self.val_batch_episodes = val_episodes, val_batch_episodes
         self.val_temperature, self.top_p, self.max_new_tokens = val_temperature, top_p, max_new_tokens
         self.workers, self.seed, self.progress = workers, seed, progress
+        self.dynamic_sampling = dynamic_sampling
         self.worker_backend, self.ray_address = worker_backend, ray_address
         self.step_timeout_s, self.reset_timeout_s = step_timeout_s, reset_timeout_s
         self.rng = np.random.default_rng(seed)
@@ -206,12 +216,9 @@ class RolloutDataModule(L.LightningDataModule):
         # Each rank samples its own responses; a per-rank offset keeps them independent.
         seed = self.seed + 1_000_003 * self.rank
         if stage == "train":
-            params = SamplingParams(module.hparams.temperature, self.top_p, self.max_new_tokens,
-                                    seed=seed + self.iteration)
-            tasks = self._sample_tasks()
-            with module.generation_context():
-                batch = collect(self.pool, module.engine, module.tokenizer, tasks, self.group_size,
-                                params, self.rollout, self.progress, f"rollout it {self.iteration}")
+            batch = self._collect_train(module, seed, 0, True)
+            if self.dynamic_sampling is not None:
+                batch = self._informative(module, seed, batch)
             self.iteration += 1
             yield batch
             return
@@ -228,6 +235,42 @@ class RolloutDataModule(L.LightningDataModule):
                                 self.rollout, self.progress, f"validation {start}/{len(tasks)}") if stop > start else None
             if batch is not None:
                 yield batch
+
+    def _collect_train(self, module: Any, seed: int, retry: int, needed: bool) -> RolloutBatch | None:
+        """One draw of training tasks, collected (every rank draws and enters the generation
+        context; a rank that needs no more groups collects nothing). Retry k of an iteration
+        samples with a seed of its own."""
+        base = seed + self.iteration
+        params = SamplingParams(module.hparams.temperature, self.top_p, self.max_new_tokens,
+                                seed=base if retry == 0 else int(np.random.SeedSequence([base, retry]).generate_state(1)[0]))
+        tasks = self._sample_tasks()
+        label = f"rollout it {self.iteration}" + (f" top-up {retry}" if retry else "")
+        with module.generation_context():
+            if not needed:
+                return None
+            return collect(self.pool, module.engine, module.tokenizer, tasks, self.group_size, params, self.rollout,
+                           self.progress, label)
+
+    def _informative(self, module: Any, seed: int, first: RolloutBatch) -> RolloutBatch:
+        """Dynamic sampling: this rank's informative groups; the counts of all ranks on the batch."""
+        iteration = self.trainer.current_epoch
+        hooks = [cb for cb in self.trainer.callbacks if callable(getattr(cb, "creditable_groups", None))]  # SCPO's
+
+        def creditable(batch: RolloutBatch) -> set[int]:
+            return set().union(*(cb.creditable_groups(batch, iteration) for cb in hooks))
+
+        def any_rank(flag: bool) -> bool:
+            return distributed.all_reduce([float(flag)], "max", module.device)[0] > 0
+
+        batch, counts = informative_batch(first, lambda retry, needed: self._collect_train(module, seed, retry, needed),
+                                          self.groups_per_batch // self.world_size, self.dynamic_sampling, creditable,
+                                          any_rank)
+        total = dict(zip(COUNTS, distributed.all_reduce([counts[k] for k in COUNTS], "sum", module.device)))
+        total["retries"] = counts["retries"]  # the same on every rank
+        trajectories = total.pop("trajectories_collected")
+        total["collected_success"] = total.pop("successes_collected") / trajectories if trajectories else 0.0
+        batch.sampling_stats = total
+        return batch
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_Rollouts(self, "train"), batch_size=None, collate_fn=lambda b: b)

@@ -2,6 +2,23 @@
 
 All functions work on rows given as parallel sequences and return one advantage per row, as a
 numpy array, or as a tensor when the scores came in as one.
+
+SCPO on GRPO and RLOO (beyond the SPEC, which defines it for GiGPO only). GiGPO reads SCPO through
+its step level: A = A_E + ω A_S(G̃) (§2.7, §3.9). GRPO and RLOO have no step level, so one is added
+for the SCPO credit alone, built with the estimator's own baseline rule:
+
+    Δ_t = G̃_t - G_t      (= α r_t on credited failed-sibling rows, 0 elsewhere, §3.8)
+    GRPO:  A = A_E(x) + ω A_E(Δ)        A_E(·): §2.4 over all rows of the group, same mode and ε
+    RLOO:  A = L(x; R) + ω L(Δ; Δ̄)      L(v; V): a row's v minus the mean V of the other
+                                         trajectories of its group (each counted once, 0 if none)
+
+x is the row's episode score, R(τ) the trajectory return, Δ̄(τ) the mean Δ over τ's rows. As in
+GiGPO the outcome term stays unshaped (§3.9: SCPO cannot turn a failure into a success), the
+credit term is weighed by ω, and it sums to zero over a group (GRPO: over its rows, given two or
+more; RLOO: over its trajectories' means per row, given two or more trajectories), so SCPO moves
+advantage from uncredited rows to credited ones rather than adding any. Under mean_std_norm the
+GRPO term is scale-free, as GiGPO's A_S is: a lone credited row in a large group gets several
+units. Δ ≡ 0 gives back the plain estimator exactly.
 """
 
 from __future__ import annotations
@@ -98,34 +115,80 @@ def gigpo_advantage(
     return like_input(a_e + omega * a_s, episode_scores)
 
 
+def scpo_credit(shaped_returns: Any, step_returns: Any) -> np.ndarray:
+    """Δ_t = G̃_t - G_t per row: the SCPO credit in SCPO-shaped step returns (SPEC §3.8)."""
+    shaped = to_numpy(shaped_returns, "shaped_returns")
+    g = to_numpy(step_returns, "step_returns")
+    check_lengths(shaped_returns=shaped, step_returns=g)
+    return shaped - g
+
+
 def grpo_advantage(
-    episode_scores: Any, group_ids: Sequence[Any], mode: str = "mean_std_norm", eps: float = 1e-6
+    episode_scores: Any,
+    group_ids: Sequence[Any],
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+    *,
+    shaped_returns: Any = None,
+    step_returns: Any = None,
+    omega: float = 1.0,
 ) -> Any:
-    """GRPO baseline: the episode-level advantage alone (A = A_E)."""
-    return like_input(episode_advantage(episode_scores, group_ids, mode, eps), episode_scores)
+    """GRPO baseline: A = A_E; with SCPO's ``shaped_returns`` G̃ (and the ``step_returns`` G they
+    were shaped from) A = A_E(x) + ω A_E(G̃ - G), as the module docstring derives."""
+    a = episode_advantage(episode_scores, group_ids, mode, eps)
+    if shaped_returns is not None:
+        if step_returns is None:
+            raise ValueError("grpo_advantage: `shaped_returns` needs the `step_returns` G_t they were shaped from")
+        a = a + omega * episode_advantage(scpo_credit(shaped_returns, step_returns), group_ids, mode, eps)
+    return like_input(a, episode_scores)
+
+
+def _leave_one_out(values: np.ndarray, traj_values: np.ndarray, traj_ids: Sequence[Any], group_ids: Sequence[Any],
+                   name: str) -> np.ndarray:
+    """Per row: ``values`` minus the mean ``traj_values`` of the other trajectories of its group."""
+    t_codes, n_traj = factorize(traj_ids, "traj_ids")
+    g_codes, n_groups = factorize(group_ids, "group_ids")
+    per_traj = np.empty(n_traj)
+    per_traj[t_codes] = traj_values
+    traj_group = np.empty(n_traj, dtype=np.int64)
+    traj_group[t_codes] = g_codes
+    if np.any(per_traj[t_codes] != traj_values) or np.any(traj_group[t_codes] != g_codes):
+        raise ValueError(f"rows of one trajectory carry different `{name}` or `group_ids`")
+    n_in_group = np.bincount(traj_group, minlength=n_groups)
+    total = np.bincount(traj_group, weights=per_traj, minlength=n_groups)
+    others = n_in_group[traj_group] - 1
+    baseline = np.where(others > 0, (total[traj_group] - per_traj) / np.maximum(others, 1), 0.0)
+    return values - baseline[t_codes]
 
 
 def rloo_advantage(
-    episode_scores: Any, traj_returns: Any, traj_ids: Sequence[Any], group_ids: Sequence[Any]
+    episode_scores: Any,
+    traj_returns: Any,
+    traj_ids: Sequence[Any],
+    group_ids: Sequence[Any],
+    *,
+    shaped_returns: Any = None,
+    step_returns: Any = None,
+    omega: float = 1.0,
 ) -> Any:
     """RLOO baseline: a row's episode score minus the mean return of the *other* trajectories.
 
     ``traj_returns`` is R(τ) per row (``returns.trajectory_returns``); each trajectory counts
-    once in its siblings' baseline. A trajectory alone in its group has baseline 0.
+    once in its siblings' baseline. A trajectory alone in its group has baseline 0. With SCPO's
+    ``shaped_returns`` G̃ (and the ``step_returns`` G they were shaped from) the credit
+    Δ = G̃ - G gets the same leave-one-out baseline, each trajectory counted by its mean Δ per
+    row, weighed by ω (module docstring).
     """
     x = to_numpy(episode_scores, "episode_scores")
     r = to_numpy(traj_returns, "traj_returns")
     check_lengths(episode_scores=x, traj_returns=r, traj_ids=traj_ids, group_ids=group_ids)
-    t_codes, n_traj = factorize(traj_ids, "traj_ids")
-    g_codes, n_groups = factorize(group_ids, "group_ids")
-    ret = np.empty(n_traj)
-    ret[t_codes] = r
-    traj_group = np.empty(n_traj, dtype=np.int64)
-    traj_group[t_codes] = g_codes
-    if np.any(ret[t_codes] != r) or np.any(traj_group[t_codes] != g_codes):
-        raise ValueError("rows of one trajectory carry different `traj_returns` or `group_ids`")
-    n_in_group = np.bincount(traj_group, minlength=n_groups)
-    total = np.bincount(traj_group, weights=ret, minlength=n_groups)
-    others = n_in_group[traj_group] - 1
-    baseline = np.where(others > 0, (total[traj_group] - ret) / np.maximum(others, 1), 0.0)
-    return like_input(x - baseline[t_codes], episode_scores)
+    a = _leave_one_out(x, r, traj_ids, group_ids, "traj_returns")
+    if shaped_returns is not None:
+        if step_returns is None:
+            raise ValueError("rloo_advantage: `shaped_returns` needs the `step_returns` G_t they were shaped from")
+        delta = scpo_credit(shaped_returns, step_returns)
+        check_lengths(episode_scores=x, shaped_returns=delta)
+        t_codes, n_traj = factorize(traj_ids, "traj_ids")
+        mean_delta = np.bincount(t_codes, weights=delta, minlength=n_traj) / np.bincount(t_codes, minlength=n_traj)
+        a = a + omega * _leave_one_out(delta, mean_delta[t_codes], traj_ids, group_ids, "mean credit")
+    return like_input(a, episode_scores)

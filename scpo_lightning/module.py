@@ -56,7 +56,7 @@ class SCPOModule(L.LightningModule):
         torch_dtype: Parameter dtype of the policy: float32, bfloat16 or float16.
         estimator: Advantage estimator: gigpo (SPEC §2), grpo or rloo.
         norm_mode: Group normalisation: mean_std_norm (ALFWorld recipe) or mean_norm (WebShop recipe).
-        omega: Weight ω of the step-level advantage in A = A_E + ω A_S.
+        omega: Weight ω of the step-level advantage in A = A_E + ω A_S (grpo/rloo: of the SCPO credit term).
         lr: AdamW learning rate (constant).
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
@@ -217,12 +217,14 @@ class SCPOModule(L.LightningModule):
 
     # ------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> np.ndarray:
-        """Per-row A from the batch; the step level sees SCPO's G̃ when the callback set it."""
+        """Per-row A from the batch; the step level sees SCPO's G̃ when the callback set it (GRPO and
+        RLOO read its credit G̃ - G through a step-level term of their own, scpo_lightning/gigpo.py)."""
         hp = self.hparams
+        shaped = dict(shaped_returns=batch.shaped_returns, step_returns=batch.step_returns, omega=hp.omega)
         if hp.estimator == "grpo":
-            return grpo_advantage(batch.episode_scores, batch.group_ids, hp.norm_mode)
+            return grpo_advantage(batch.episode_scores, batch.group_ids, hp.norm_mode, **shaped)
         if hp.estimator == "rloo":
-            return rloo_advantage(batch.episode_scores, batch.traj_returns, batch.traj_ids, batch.group_ids)
+            return rloo_advantage(batch.episode_scores, batch.traj_returns, batch.traj_ids, batch.group_ids, **shaped)
         returns = batch.shaped_returns if batch.shaped_returns is not None else batch.step_returns
         return gigpo_advantage(batch.episode_scores, returns, batch.group_ids, batch.anchors, hp.norm_mode, hp.omega)
 

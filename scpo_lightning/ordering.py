@@ -1,9 +1,20 @@
-"""Processing orders for the SCPO credit matcher (SPEC §3.7).
+"""Processing orders for the SCPO credit matcher (SPEC §3.7, as amended below).
 
-``balanced`` is the row order a data-parallel batch balancer produces: the batch's rows are split
-into K partitions of equal count by the Karmarkar–Karp largest-differencing method on their token
-lengths, each partition's row indices are sorted ascending and the partitions are concatenated.
-SCPO reuses that permutation as its allocation order (paper §3.4, App. B.2).
+``balanced`` is the row order the published trainer's batch balancer (verl-agent 796ed31,
+``balance_batch``) gives the batch, which SCPO reuses as its allocation order (paper §3.4,
+App. B.2). Amendment to SPEC §3.7, which only says "Karmarkar–Karp on the token lengths, each
+partition sorted ascending": two details decide which steps get credit and are now fixed to the
+published code's:
+
+1. **Row layout.** The balancer numbers the rows as that trainer lists them: each trajectory's
+   steps together, in step order, trajectories in order of first appearance (``trajectory_major``).
+   Our collector lists rows step-major; the order is computed on that layout and mapped back.
+2. **Tie-breaks** (``karmarkar_karp``): a partial partition compares by (token sum, row count,
+   first row it received); the partial solution with the largest spread, then with the larger
+   top partition, is merged first.
+
+With K = 1 every trajectory's steps come in step order, so for each failed sibling ``balanced``
+takes the steps exactly as ``chronological`` does.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from scpo_lightning._arrays import to_numpy
+from scpo_lightning._arrays import check_lengths, factorize, to_numpy
 
 ORDERS = ("balanced", "chronological", "random")
 
@@ -32,15 +43,25 @@ def _flatten(tree: Any) -> list[int]:
 
 
 def karmarkar_karp(lengths: Any, k: int) -> list[list[int]]:
-    """Split row indices 0..N-1 into ``k`` partitions of equal count (±1) with balanced sums.
+    """Split row indices 0..N-1 into ``k`` partitions of equal count with balanced token sums.
 
-    Largest differencing with equal sizes: the rows, sorted by length, are dealt in consecutive
-    runs of k into partial solutions of k one-row partitions each; repeatedly the two partial
-    solutions with the largest spread (max sum - min sum) are merged by joining the largest
-    partition of one with the smallest of the other, second largest with second smallest, and so
-    on, until one solution remains. When k does not divide N, zero-length placeholder rows fill
-    the last run and are dropped at the end, so partition counts differ by at most one.
-    Returns the partitions in decreasing order of token sum, each sorted ascending.
+    Largest differencing with equal sizes, tie-breaks as in verl-agent 796ed31's
+    ``get_seqlen_balanced_partitions(lengths, k, equal_size=True)``, which this equals wherever
+    that is defined (N a multiple of k, N >= k):
+
+    - rows sorted by (length, index) are dealt in consecutive runs of k into partial solutions of
+      k one-row partitions each;
+    - a partition ranks by (token sum, row count, first row): its first row is the one it started
+      with, kept through merges by the side that is merged into. A solution keeps its partitions
+      in decreasing rank; its spread is top sum - bottom sum;
+    - repeatedly the solution with the largest spread (ties: the higher-ranked top partition)
+      absorbs the next one: its i-th partition joins the other's i-th from the bottom;
+    - the result: the partitions in decreasing rank, each sorted ascending.
+
+    The published trainer pads every batch to a multiple of k with duplicated random rows (SPEC
+    §2.9); we do not: when k does not divide N, zero-length placeholder rows N, N+1, ... join the
+    deal as ordinary rows and are dropped from the result, so partition counts differ by at most
+    one (and partitions are empty when N < k).
     """
     if k < 1:
         raise ValueError(f"`order_partitions` must be >= 1; got {k}")
@@ -49,33 +70,41 @@ def karmarkar_karp(lengths: Any, k: int) -> list[list[int]]:
     if n and lens.min() < 0:
         raise ValueError("token `lengths` must be >= 0")
     padded = n + (-n) % k
-    # Sort by (length, index); placeholders (index >= n, length 0) sort first.
     all_lens = np.concatenate([lens, np.zeros(padded - n, dtype=np.int64)])
     by_len = np.lexsort((np.arange(padded), all_lens)).tolist()
     len_of = all_lens.tolist()
-    tie = itertools.count()
     heap: list[tuple[Any, ...]] = []
 
-    # A partition under construction is a tuple (token sum, row count, -first row, rows), so that
-    # plain tuple order sorts it: ties on the sum go to the fuller partition, then to the lower
-    # first row (deterministic; first rows are distinct, so ``rows`` is never compared). ``rows``
-    # is a tree of nested pairs with row indices at the leaves: a merge links two trees in O(1)
-    # instead of copying rows, so a whole run costs O(N log N).
+    # A partition is a tuple (sum, count, first row, rows), so plain tuple order is its rank; first
+    # rows are distinct, so ``rows`` is never compared. ``rows`` is a tree of nested pairs with row
+    # indices at the leaves: a merge links two trees in O(1) instead of copying rows, so a whole
+    # run costs O(N log N).
     def push(parts: list[tuple[int, int, int, Any]]) -> None:
         parts.sort(reverse=True)
-        spread = parts[0][0] - parts[-1][0]
-        # heapq is a min-heap: negate so the largest spread (then largest top sum) pops first.
-        heapq.heappush(heap, (-spread, -parts[0][0], next(tie), parts))
+        top = parts[0]
+        # heapq pops the smallest: negate so the largest spread, then the highest top rank, pops
+        # first. Live solutions hold disjoint rows, so their top first rows differ: the key is unique.
+        heapq.heappush(heap, (parts[-1][0] - top[0], -top[0], -top[1], -top[2], parts))
 
     for start in range(0, padded, k):
-        push([(len_of[i], 1, -i, i) for i in by_len[start : start + k]])
+        push([(len_of[i], 1, i, i) for i in by_len[start : start + k]])
     while len(heap) > 1:
-        a = heapq.heappop(heap)[3]
-        b = heapq.heappop(heap)[3]
-        # Largest of one with smallest of the other; -min(first) = max(-first).
-        push([(x[0] + y[0], x[1] + y[1], max(x[2], y[2]), (x[3], y[3])) for x, y in zip(a, reversed(b))])
-    parts = heap[0][3] if heap else []
+        a = heapq.heappop(heap)[-1]
+        b = heapq.heappop(heap)[-1]
+        push([(x[0] + y[0], x[1] + y[1], x[2], (x[3], y[3])) for x, y in zip(a, reversed(b))])
+    parts = heap[0][-1] if heap else []
     return [sorted(i for i in _flatten(p[3]) if i < n) for p in parts]
+
+
+def trajectory_major(traj_ids: Any, steps: Any) -> np.ndarray:
+    """The published trainer's row layout: position -> batch row.
+
+    Each trajectory's rows together in step order, trajectories in order of first appearance
+    (for our collector: env slot order, the published trainer's env index order).
+    """
+    check_lengths(traj_ids=traj_ids, steps=steps)
+    codes, _ = factorize(traj_ids, "traj_ids")
+    return np.lexsort((to_numpy(steps, "steps", dtype=np.int64), codes)).astype(np.int64)
 
 
 def processing_order(
@@ -84,19 +113,26 @@ def processing_order(
     n_rows: int | None = None,
     order_partitions: int = 4,
     rng: np.random.Generator | None = None,
+    *,
+    traj_ids: Any = None,
+    steps: Any = None,
 ) -> np.ndarray:
     """The batch-level permutation of row indices: position -> row.
 
-    ``balanced`` needs the rows' token ``lengths`` (prompt + response); with
-    ``order_partitions = 1`` it equals ``chronological`` (rows in batch order). ``random`` needs
-    ``rng``.
+    ``balanced`` needs the rows' token ``lengths`` (prompt + response), ``traj_ids`` and
+    ``steps``: Karmarkar–Karp runs over the rows in ``trajectory_major`` layout and the result is
+    mapped back to batch rows. ``random`` needs ``rng``.
     """
     if order == "balanced":
-        if lengths is None:
-            raise ValueError("order 'balanced' needs the rows' token `lengths` (prompt + response)")
-        return np.fromiter(
-            itertools.chain.from_iterable(karmarkar_karp(lengths, order_partitions)), dtype=np.int64
-        )
+        if lengths is None or traj_ids is None or steps is None:
+            raise ValueError("order 'balanced' needs the rows' token `lengths` (prompt + response), `traj_ids` "
+                             "and `steps` (it partitions the rows as the published trainer lays them out)")
+        check_lengths(lengths=lengths, traj_ids=traj_ids, steps=steps)
+        layout = trajectory_major(traj_ids, steps)
+        lens = to_numpy(lengths, "lengths", dtype=np.int64)[layout]
+        positions = np.fromiter(itertools.chain.from_iterable(karmarkar_karp(lens, order_partitions)),
+                                dtype=np.int64, count=len(layout))
+        return layout[positions]
     if n_rows is None:
         n_rows = len(lengths) if lengths is not None else None
     if n_rows is None:

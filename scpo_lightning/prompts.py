@@ -62,6 +62,19 @@ def format_admissible(actions: Sequence[str]) -> str:
     return "\n ".join(f"'{a}'" for a in actions if a != "help")
 
 
+def format_webshop_observation(observation: str, task: str) -> str:
+    """verl-agent's WebShop observation: the " [SEP] " parts after the instruction, each single-quoted.
+
+    WebShop repeats "Instruction: [SEP] <task>" at the top of every page; the published prompt
+    states the task once and shows only what follows it. A page without the instruction (the
+    done page) is shown as it is.
+    """
+    parts = observation.split(" [SEP] ")
+    if task not in parts:
+        return observation
+    return " [SEP] ".join(f"'{p}'" for p in parts[parts.index(task) + 1 :])
+
+
 def build_prompt(
     env: str,
     task: str,
@@ -75,6 +88,9 @@ def build_prompt(
     if env not in _ROLE:
         raise ValueError(f"unknown env {env!r} for prompts; expected one of {sorted(_ROLE)}")
     actions = format_admissible(admissible)
+    if env == "webshop":
+        observation = format_webshop_observation(observation, task)
+        history = [(format_webshop_observation(obs, task), act) for obs, act in history]
     if step == 0:
         return (
             f"{_ROLE[env]}\nYour current observation is: {observation}\n"

@@ -9,7 +9,7 @@ projected to actions, and the env pool steps all envs in parallel.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -102,7 +102,8 @@ def tokenize_prompt(tokenizer: Any, text: str, cfg: RolloutConfig) -> list[int]:
     system = [] if cfg.system_prompt is None else [{"role": "system", "content": cfg.system_prompt}]
     ids = tokenizer.apply_chat_template([*system, {"role": "user", "content": text}], add_generation_prompt=True,
                                         tokenize=True)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    # transformers 4 returns a list (or a dict), 5 a BatchEncoding (a Mapping, not a dict).
+    ids = list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
     if len(ids) > cfg.max_prompt_tokens:
         if cfg.truncation == "error":
             raise ValueError(
@@ -161,7 +162,7 @@ def collect(
             t0 = time.perf_counter()
             allowed = ([constrained_choices(admissible[i], trajs[i]["task"]) for i in active]
                        if cfg.action_mode == "constrained" else None)
-            gens = engine.generate(prompts, params, allowed=allowed)
+            gens = engine.generate(prompts, params.at_step(t), allowed=allowed)
             t1 = time.perf_counter()
             projected = [project_action(g.text, cfg.env, cfg.action_mode == "free") for g in gens]
             actions: list[str | None] = [None] * n

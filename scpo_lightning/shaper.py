@@ -8,7 +8,7 @@ the credit r per row. ``scpo_shape`` does all of it and returns G̃ = G + α r.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +16,13 @@ import numpy as np
 
 from scpo_lightning._arrays import check_lengths, factorize, to_numpy
 from scpo_lightning.ordering import ORDERS, processing_order
+from scpo_lightning.reference_buffer import BufferedReference
 from scpo_lightning.scorers.base import StepScorer
 from scpo_lightning.scpo import check_thresholds, match, semantic_prefix_table
 
 REFERENCES = ("longest", "shortest", "random")
+#: Where a group's reference comes from: ``reference_kind`` says it precisely.
+REFERENCE_SOURCES = ("siblings", "buffer", "both")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class SCPOConfig:
         order: Processing order of failed steps: balanced (paper), chronological or random.
         order_partitions: K, the number of partitions of the balanced order (the published runs had 4 ranks).
         monotonic: Credit each reference position at most once (False = the repeated-credit ablation).
+        reference_source: siblings (paper: a successful sibling of the group), buffer (only successes of the same task from earlier iterations) or both (a sibling when the group has a success, else the buffer).
         separator: Text between action and observation in a step text (action || observation).
     """
 
@@ -46,6 +50,7 @@ class SCPOConfig:
     order: str = "balanced"
     order_partitions: int = 4
     monotonic: bool = True
+    reference_source: str = "siblings"
     separator: str = " || "
 
     def __post_init__(self) -> None:
@@ -59,6 +64,8 @@ class SCPOConfig:
             (self.reference in REFERENCES, f"reference={self.reference!r} must be one of {REFERENCES}"),
             (self.order in ORDERS, f"order={self.order!r} must be one of {ORDERS}"),
             (self.order_partitions >= 1, f"order_partitions={self.order_partitions} must be >= 1"),
+            (self.reference_source in REFERENCE_SOURCES,
+             f"reference_source={self.reference_source!r} must be one of {REFERENCE_SOURCES}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -70,11 +77,12 @@ class SiblingBlock:
     """One failed sibling against its group's reference: rows and where its pair scores sit."""
 
     group: Any
-    ref_rows: np.ndarray  # batch row indices of the filtered reference steps, chronological (m)
+    ref_rows: np.ndarray  # batch row indices of the filtered reference steps, chronological (m; none when from_buffer)
     rows: np.ndarray  # batch row indices of the failed sibling's filtered steps, chronological (ℓ)
     order: np.ndarray  # processing order: a permutation of range(ℓ)
     sim_pairs: np.ndarray  # m×ℓ indices into ShapingPlan.pairs
     ref_pairs: np.ndarray  # m×m indices into ShapingPlan.pairs (one array shared by the group's blocks)
+    from_buffer: bool = False  # the reference is a buffered success of an earlier iteration
 
 
 @dataclass
@@ -87,6 +95,9 @@ class ShapingPlan:
     pairs_requested: int  # pairs the paper's per-sibling scoring would request (M* once per group)
     failed_rows: np.ndarray  # rows of failed siblings in groups with a reference
     stats: dict[str, float] = field(default_factory=dict)
+    #: Per successful trajectory, in batch order: (group id, filtered step texts, steps): what a
+    #: success buffer stores, so that a buffered reference is compared by the very same texts.
+    successes: list[tuple[Any, tuple[str, ...], int]] = field(default_factory=list)
 
     def matrices(self, scores: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
         """(M, M*) of one failed sibling, e.g. for the credit heatmap."""
@@ -111,6 +122,26 @@ def _pick_reference(members: list[int], traj_len: np.ndarray, how: str, rng) -> 
     return members[int(rng.integers(len(members)))]
 
 
+def reference_kind(has_success: bool, has_buffered: bool, source: str) -> str | None:
+    """Where a group's reference comes from, for ``SCPOConfig.reference_source``.
+
+    siblings: a successful sibling, or none (the paper). buffer: a buffered success of the
+    task from an earlier iteration, or none, whether or not the group has a success of its own.
+    both: a successful sibling when there is one (the current policy's own success wins), else a
+    buffered one. Returns "sibling", "buffer" or None (the group is left unchanged).
+    """
+    if has_success and source != "buffer":
+        return "sibling"
+    if has_buffered and source != "siblings":
+        return "buffer"
+    return None
+
+
+def looks_in_buffer(has_success: bool, source: str) -> bool:
+    """Whether the group asks the buffer (the denominator of the buffer's hit rate)."""
+    return source == "buffer" or (source == "both" and not has_success)
+
+
 def plan_shaping(
     *,
     group_ids: Sequence[Any],
@@ -124,6 +155,7 @@ def plan_shaping(
     lengths: Any = None,
     config: SCPOConfig,
     rng: np.random.Generator | None = None,
+    buffered: Mapping[Any, Sequence[BufferedReference]] | None = None,
 ) -> ShapingPlan:
     """Find references and failed siblings and collect the distinct text pairs to score.
 
@@ -131,6 +163,11 @@ def plan_shaping(
     the observation the step returned, validity and no-op flags, and (for ``order='balanced'``)
     its token length. Rows of a trajectory are expected in step order in the batch, as the
     collector produces them.
+
+    ``buffered`` maps a group id to the stored successes of its task (newest first), used as
+    ``reference_kind`` says; among them the reference is picked by ``config.reference`` exactly as
+    among successful siblings. A buffered reference is not in the batch: it takes no part in the
+    balanced order, which comes from this batch's rows alone.
     """
     n = check_lengths(
         group_ids=group_ids, traj_ids=traj_ids, steps=steps, traj_returns=traj_returns,
@@ -151,9 +188,7 @@ def plan_shaping(
     traj_len = np.bincount(t_codes, minlength=n_traj)
     success = traj_ret > config.tau_succ
 
-    perm = processing_order(config.order, lengths, n, config.order_partitions, rng)
-    if len(perm) != n:
-        raise ValueError(f"`lengths` must have one entry per row ({n}); got {len(perm)}")
+    perm = processing_order(config.order, lengths, n, config.order_partitions, rng, traj_ids=traj_ids, steps=t)
     rank = np.empty(n, dtype=np.int64)
     rank[perm] = np.arange(n)
 
@@ -162,29 +197,49 @@ def plan_shaping(
     by_traj = by_traj[keep[by_traj]]
     bounds = np.searchsorted(t_codes[by_traj], np.arange(n_traj + 1))
     kept = [by_traj[bounds[i] : bounds[i + 1]] for i in range(n_traj)]
-    texts = step_texts([actions[i] for i in by_traj], [observations[i] for i in by_traj], config.separator)
-    text_id = np.full(n, -1, dtype=np.int64)
-    text_id[by_traj], n_texts = factorize(texts, "step texts")
-    distinct_texts = list(dict.fromkeys(texts))
-
     members_of: dict[int, list[int]] = {}
     for traj in range(n_traj):  # trajectory codes follow first appearance: "the first" is stable
         members_of.setdefault(int(traj_group[traj]), []).append(traj)
 
-    keys, blocks_raw, requested, with_ref, n_failed = [], [], 0, 0, 0
-    failed = np.zeros(n_traj, dtype=bool)  # failed siblings in groups with a reference
+    # Each group's reference, in group order (reference='random' draws from rng group by group):
+    # a successful sibling (its trajectory code) or a buffered success of the group's task.
+    chosen: dict[int, tuple[str, Any]] = {}
+    lookups = 0
     for group, members in members_of.items():
         winners = [i for i in members if success[i]]
-        if not winners:
-            continue  # no successful sibling: the group is left unchanged
-        with_ref += 1
-        ref = _pick_reference(winners, traj_len, config.reference, rng)
-        ref_rows = kept[ref]
-        ref_tid = text_id[ref_rows]
-        losers = [i for i in members if not success[i]]
+        stored = (buffered or {}).get(group_ids[int(first_row[group])], ())
+        lookups += looks_in_buffer(bool(winners), config.reference_source)
+        kind = reference_kind(bool(winners), bool(stored), config.reference_source)
+        if kind == "sibling":
+            chosen[group] = (kind, _pick_reference(winners, traj_len, config.reference, rng))
+        elif kind == "buffer":
+            stored_len = np.array([r.length for r in stored], dtype=np.int64)
+            chosen[group] = (kind, stored[_pick_reference(list(range(len(stored))), stored_len, config.reference, rng)])
+
+    # Texts of kept rows, then of the buffered references, as integer ids: a buffered text equal
+    # to a batch text gets its id, so the scorer sees the very pairs a sibling reference would give.
+    texts = step_texts([actions[i] for i in by_traj], [observations[i] for i in by_traj], config.separator)
+    extra = [x for kind, ref in chosen.values() if kind == "buffer" for x in ref.texts]
+    codes, n_texts = factorize(texts + extra, "step texts")
+    text_id = np.full(n, -1, dtype=np.int64)
+    text_id[by_traj] = codes[: len(texts)]
+    distinct_texts = list(dict.fromkeys(texts + extra))
+    extra_codes, extra_at = codes[len(texts) :], 0
+
+    keys, blocks_raw, requested, n_failed, from_buffer = [], [], 0, 0, 0
+    failed = np.zeros(n_traj, dtype=bool)  # failed siblings in groups with a reference
+    for group, (kind, ref) in chosen.items():
+        if kind == "sibling":
+            ref_rows = kept[ref]
+            ref_tid = text_id[ref_rows]
+        else:
+            from_buffer += 1
+            ref_rows = np.zeros(0, dtype=np.int64)  # not in this batch
+            ref_tid, extra_at = extra_codes[extra_at : extra_at + len(ref.texts)], extra_at + len(ref.texts)
+        losers = [i for i in members_of[group] if not success[i]]
         n_failed += len(losers)
         failed[losers] = True
-        if not losers or len(ref_rows) == 0:
+        if not losers or len(ref_tid) == 0:
             continue
         keys.append((ref_tid[:, None] * n_texts + ref_tid[None, :]).ravel())
         requested += ref_tid.size**2
@@ -194,7 +249,7 @@ def plan_shaping(
             keys.append((ref_tid[:, None] * n_texts + text_id[rows][None, :]).ravel())
             requested += keys[-1].size
             order = np.argsort(rank[rows], kind="stable")
-            blocks_raw.append((group, ref_rows, rows, order, len(keys) - 1, ref_key))
+            blocks_raw.append((group, ref_rows, len(ref_tid), rows, order, len(keys) - 1, ref_key, kind == "buffer"))
 
     flat = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
     distinct, inverse = _distinct(flat, n_texts * n_texts)
@@ -203,25 +258,28 @@ def plan_shaping(
     def block_pairs(key: int, shape: tuple[int, int]) -> np.ndarray:
         return inverse[offsets[key] : offsets[key + 1]].reshape(shape)
 
-    ref_pairs = {ref_key: block_pairs(ref_key, (len(ref_rows), len(ref_rows)))
-                 for _, ref_rows, _, _, _, ref_key in blocks_raw}
+    ref_pairs = {raw[6]: block_pairs(raw[6], (raw[2], raw[2])) for raw in blocks_raw}
     blocks = [
         SiblingBlock(
             group=group_ids[int(first_row[group])],
             ref_rows=ref_rows, rows=rows, order=order,
-            sim_pairs=block_pairs(key, (len(ref_rows), len(rows))), ref_pairs=ref_pairs[ref_key],
+            sim_pairs=block_pairs(key, (m, len(rows))), ref_pairs=ref_pairs[ref_key], from_buffer=buf,
         )
-        for group, ref_rows, rows, order, key, ref_key in blocks_raw
+        for group, ref_rows, m, rows, order, key, ref_key, buf in blocks_raw
     ]
     pairs = [(distinct_texts[k // n_texts], distinct_texts[k % n_texts]) for k in distinct.tolist()]
+    successes = [(group_ids[int(first_row[traj_group[i]])], tuple(distinct_texts[c] for c in text_id[kept[i]]),
+                  int(traj_len[i])) for i in np.flatnonzero(success)]
     stats = {
         "groups": float(len(members_of)),
-        "groups_with_reference": float(with_ref),
+        "groups_with_reference": float(len(chosen)),
+        "groups_with_buffer_reference": float(from_buffer),
+        "buffer_lookups": float(lookups),
         "failed_trajectories": float(n_failed),
         "pairs_requested": float(requested),
         "pairs_distinct": float(len(pairs)),
     }
-    return ShapingPlan(n, pairs, blocks, requested, np.flatnonzero(failed[t_codes]), stats)
+    return ShapingPlan(n, pairs, blocks, requested, np.flatnonzero(failed[t_codes]), stats, successes)
 
 
 def _distinct(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:

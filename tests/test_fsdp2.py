@@ -8,7 +8,6 @@ ranks' parameters must be identical afterwards. A second test runs the real CLI 
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import signal
@@ -103,7 +102,8 @@ def test_cli_trains_validates_resumes_and_exports_on_two_ranks(tmp_path):
     data["trainer"].update(devices=2, precision="32-true", strategy={
         "class_path": "lightning.pytorch.strategies.ModelParallelStrategy",
         "init_args": {"data_parallel_size": 2, "tensor_parallel_size": 1}})
-    data["model"].update(micro_batch_rows=4, generation_batch_size=8, reference_offload=True)
+    # LoRA is refused under ModelParallelStrategy (model_setup.data_parallel_mesh): full fine-tuning here.
+    data["model"].update(micro_batch_rows=4, generation_batch_size=8, reference_offload=True, lora_rank=0)
     for callback in data["trainer"]["callbacks"]:
         if callback["class_path"].endswith("HFExport"):
             callback["init_args"] = {}  # the default folder: under the logger's, which all ranks must ask for
@@ -127,15 +127,3 @@ def test_cli_trains_validates_resumes_and_exports_on_two_ranks(tmp_path):
     second = fit("--trainer.max_epochs", "2", "--ckpt_path", "last")  # found by ModelCheckpoint, a folder
     assert second.returncode == 0, second.stderr[-4000:]
     assert "[it 2]" in second.stdout and "[it 1]" not in second.stdout
-
-
-@pytest.mark.slow
-def test_gpu_check_script_runs_its_cpu_fallback(tmp_path):
-    """scripts/gpu_check.sh is for lent GPU machines; --cpu runs the same logic here."""
-    proc = run_ranks(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--out", str(tmp_path)], tmp_path, 600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert summary["generate"]["constrained"]["new_tokens"] > 0 and summary["scorer"]["minilm"]["pairs"] == 512
-    ranks = summary["fsdp"]["ranks"]
-    assert [r["rank"] for r in ranks] == [0, 1] and all(len(r["iteration_s"]) == 2 for r in ranks)
-    assert ranks[0]["loss"] == ranks[1]["loss"] and ranks[0]["val"] == ranks[1]["val"]  # reduced over both ranks

@@ -127,3 +127,126 @@ def test_matches_per_group_loop_and_is_permutation_equivariant(n, n_groups, n_an
     perm = rng.permutation(n)
     again = gigpo_advantage(scores[perm], returns[perm], [groups[i] for i in perm], [anchors[i] for i in perm], mode=mode, omega=0.7)
     np.testing.assert_allclose(again, got[perm], rtol=1e-12, atol=1e-12)
+
+
+# SCPO on GRPO and RLOO (scpo_lightning/gigpo.py docstring). One group: trajectory a succeeds
+# (R = 10, rows 0-1), b fails (R = 0, rows 2-3; SCPO credits row 3: G 0 -> G̃ 0.5).
+SHAPED_GROUP = dict(scores=[10, 10, 0, 0], step_returns=[9.5, 10, 0, 0], shaped_returns=[9.5, 10, 0, 0.5])
+
+
+def test_grpo_reads_the_scpo_credit_through_a_step_term():
+    c = SHAPED_GROUP
+    # Δ = G̃ - G = (0, 0, 0, 0.5). mean_norm: A_E = x - 5 = (5, 5, -5, -5); A_E(Δ) = Δ - 0.125.
+    # ω = 1: A = (4.875, 4.875, -5.125, -4.625): the credited row gains 0.5 on its uncredited sibling.
+    a = grpo_advantage(c["scores"], ["g"] * 4, "mean_norm", shaped_returns=c["shaped_returns"],
+                       step_returns=c["step_returns"])
+    np.testing.assert_allclose(a, [4.875, 4.875, -5.125, -4.625], rtol=1e-12)
+    # mean_std_norm: A_E = ±5/(√(100/3)+ε); Δ has mean 0.125, unbiased std √((3·0.125² + 0.375²)/3)
+    # = √0.0625 = 0.25, so A_E(Δ) = (-0.125, -0.125, -0.125, 0.375)/(0.25+ε); ω = 0.5.
+    a = grpo_advantage(c["scores"], ["g"] * 4, shaped_returns=c["shaped_returns"], step_returns=c["step_returns"],
+                       omega=0.5)
+    e, d = 5 / (math.sqrt(100 / 3) + EPS), 0.5 / (0.25 + EPS)
+    np.testing.assert_allclose(a, [e - 0.125 * d, e - 0.125 * d, -e - 0.125 * d, -e + 0.375 * d], rtol=1e-12)
+
+
+def test_rloo_reads_the_scpo_credit_with_a_leave_one_out_baseline():
+    c = SHAPED_GROUP
+    # Add trajectory z (R = 0, one row, no credit). Outcome: a -> 10 - (0+0)/2 = 10; b, z -> 0 - (10+0)/2 = -5.
+    # Mean credit per row: a 0, b 0.25, z 0. Credit term: a -> 0 - (0.25+0)/2 = -0.125;
+    # b row 2 -> 0 - (0+0)/2 = 0, row 3 -> 0.5 - 0 = 0.5; z -> 0 - (0+0.25)/2 = -0.125. ω = 1.
+    a = rloo_advantage(c["scores"] + [0], [10, 10, 0, 0, 0], ["a", "a", "b", "b", "z"], ["g"] * 5,
+                       shaped_returns=c["shaped_returns"] + [0], step_returns=c["step_returns"] + [0])
+    np.testing.assert_allclose(a, [9.875, 9.875, -5.0, -4.5, -5.125], rtol=1e-12)
+
+
+def test_unshaped_returns_give_the_plain_estimators_bit_for_bit():
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 3, 30)
+    traj = groups * 10 + rng.integers(0, 3, 30)
+    rets = (traj % 2) * 10.0
+    scores = rets - 0.1 * (rng.random(30) < 0.2)
+    g = rng.normal(size=30)
+    for mode in ("mean_std_norm", "mean_norm"):
+        plain = grpo_advantage(scores, groups, mode)
+        np.testing.assert_array_equal(grpo_advantage(scores, groups, mode, shaped_returns=g, step_returns=g), plain)
+    plain = rloo_advantage(scores, rets, traj, groups)
+    np.testing.assert_array_equal(rloo_advantage(scores, rets, traj, groups, shaped_returns=g, step_returns=g), plain)
+
+
+def test_shaped_returns_without_step_returns_is_a_clear_error():
+    with pytest.raises(ValueError, match="step_returns"):
+        grpo_advantage([1, 0], ["g", "g"], shaped_returns=[0.5, 0])
+    with pytest.raises(ValueError, match="step_returns"):
+        rloo_advantage([1, 0], [1, 0], ["a", "b"], ["g", "g"], shaped_returns=[0.5, 0])
+    with pytest.raises(ValueError, match="same length"):
+        rloo_advantage([1, 0], [1, 0], ["a", "b"], ["g", "g"], shaped_returns=[0.5], step_returns=[0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    n_groups=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    mode=st.sampled_from(["mean_std_norm", "mean_norm"]),
+)
+def test_scpo_credit_term_matches_a_per_group_loop_and_moves_advantage_to_credited_rows(n, n_groups, seed, mode):
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, n_groups, n)
+    traj = groups * 5 + rng.integers(0, 4, n)
+    rets = np.array([10.0 * (t % 3 == 0) for t in traj])
+    g = rng.normal(size=n)
+    delta = 0.5 * rng.random(n) * (rng.random(n) < 0.4) * (rets == 0)  # α r on some failed rows
+    shaped = dict(shaped_returns=g + delta, step_returns=g, omega=0.7)
+    d = (g + delta) - g  # Δ as the estimators compute it
+    grpo_term = (grpo_advantage(rets, groups, mode, **shaped) - grpo_advantage(rets, groups, mode)) / 0.7
+    rloo_term = (rloo_advantage(rets, rets, traj, groups, **shaped) - rloo_advantage(rets, rets, traj, groups)) / 0.7
+    for k in set(groups.tolist()):
+        rows = np.flatnonzero(groups == k)
+        x = d[rows]
+        if len(rows) == 1:  # §2.4 singleton: mean 0, std 1
+            want = x / (1 + EPS) if mode == "mean_std_norm" else x
+        else:
+            want = (x - x.mean()) / (x.std(ddof=1) + EPS) if mode == "mean_std_norm" else x - x.mean()
+        np.testing.assert_allclose(grpo_term[rows], want, rtol=1e-7, atol=1e-7)
+        trajs = sorted(set(traj[rows].tolist()))
+        mean_of = {t: d[traj == t].mean() for t in trajs}
+        for i in rows:
+            others = [mean_of[t] for t in trajs if t != traj[i]]
+            np.testing.assert_allclose(rloo_term[i], d[i] - (np.mean(others) if others else 0.0), rtol=1e-7, atol=1e-7)
+        # Zero-sum: the credit moves advantage inside the group, it adds none.
+        if len(rows) > 1:
+            assert abs(grpo_term[rows].sum()) < 1e-6 * max(1.0, np.abs(grpo_term[rows]).max())
+        if len(trajs) > 1:
+            assert abs(sum(rloo_term[traj == t].mean() for t in trajs)) < 1e-9
+        # The most credited row of a group whose credit varies gains advantage under both.
+        top = rows[np.argmax(x)]
+        if len(rows) > 1 and x.max() > x.min():
+            assert grpo_term[top] > 0
+        if len(trajs) > 1 and d[top] > max(mean_of[t] for t in trajs if t != traj[top]):
+            assert rloo_term[top] > 0
+
+
+@pytest.mark.parametrize("estimator, gain", [
+    # Anchors s0 (rows 0, 2) and s1 (rows 1, 3); mean_norm, ω = 1; Δ = (0, 0, 0, 0.5).
+    # gigpo: step group s1 holds G 10 and 0 -> 0.5: mean 5 -> 5.25, so rows 1, 3 move by ∓0.25.
+    ("gigpo", [0.0, -0.25, 0.0, 0.25]),
+    # grpo: Δ - mean Δ = Δ - 0.125.
+    ("grpo", [-0.125, -0.125, -0.125, 0.375]),
+    # rloo: mean credit per row a 0, b 0.25 -> a rows 0 - 0.25, b rows Δ - 0.
+    ("rloo", [-0.25, -0.25, 0.0, 0.5]),
+])
+def test_module_passes_scpo_credit_to_every_estimator(estimator, gain):
+    # SCPOModule.advantages reads only hparams and batch fields: run it on stand-ins, shaped and not.
+    from types import SimpleNamespace
+
+    from scpo_lightning.module import SCPOModule
+
+    c = SHAPED_GROUP
+    module = SimpleNamespace(hparams=SimpleNamespace(estimator=estimator, norm_mode="mean_norm", omega=1.0))
+    batch = SimpleNamespace(episode_scores=np.array(c["scores"], float), group_ids=["g"] * 4,
+                            traj_returns=np.array([10.0, 10, 0, 0]), traj_ids=["a", "a", "b", "b"],
+                            anchors=["s0", "s1", "s0", "s1"], step_returns=np.array(c["step_returns"]),
+                            shaped_returns=None)
+    plain = SCPOModule.advantages(module, batch)
+    batch.shaped_returns = np.array(c["shaped_returns"])
+    np.testing.assert_allclose(SCPOModule.advantages(module, batch) - plain, gain, rtol=1e-12, atol=1e-12)

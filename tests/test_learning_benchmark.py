@@ -51,3 +51,21 @@ def test_smoke_run_trains_every_method_from_the_same_start(tmp_path):
         assert ("scpo" in run["iterations"][0]) == (name == "scpo_seed0")  # SCPO's stats only where it ran
         summary = result["summary"][name]
         assert summary["change_ci95"][0] <= summary["change"] <= summary["change_ci95"][1]
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_buffer_and_dynamic_sampling_methods(tmp_path):
+    require("peft", extra="lora")
+    require("matplotlib", extra="dev")
+    result = main(["--smoke", "--methods", "scpo_buffer", "gigpo_dynamic", "--out", str(tmp_path / "learning.json")])
+    runs = result["runs"]
+    assert sorted(runs) == ["gigpo_dynamic_seed0", "scpo_buffer_seed0"]
+    assert runs["gigpo_dynamic_seed0"]["iteration_0_shared"]  # validation does not depend on the method
+    assert result["method_settings"]["scpo_buffer"]["scpo"] == {"reference_source": "both"}
+    for it in runs["scpo_buffer_seed0"]["iterations"]:  # the buffer's stats where it ran, no sampling counts
+        assert {"groups_with_buffer_reference", "buffer_size", "buffer_hit_rate"} <= set(it["scpo"])
+        assert "sampling" not in it
+    for it in runs["gigpo_dynamic_seed0"]["iterations"]:  # no SCPO; dynamic sampling's counts
+        assert "scpo" not in it
+        s = it["sampling"]
+        assert s["groups_dropped"] == s["groups_collected"] - s["groups_kept"] and s["retries"] <= 2

@@ -22,9 +22,9 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"
 RECIPES = [c for c in CONFIGS if c.stem not in ("quickstart", "learning")]  # CPU configs: the rest are the paper's
 
 
-def test_there_are_seven_paper_recipes():
+def test_there_are_seven_paper_recipes_and_the_buffer_variants():
     assert {c.stem for c in RECIPES} == {f"{e}_{a}" for e in ("alfworld", "webshop") for a in ("scpo", "gigpo", "grpo")} | {
-        "alfworld_scpo_7b"}
+        "alfworld_scpo_7b", "alfworld_scpo_buffer", "alfworld_scpo_buffer_dynamic"}
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.stem)
@@ -73,7 +73,8 @@ def test_dry_run_fails_on_a_bad_value(override, message, monkeypatch, tmp_path):
 @pytest.mark.parametrize("config, extra, expected", [
     # docs/scaling.md: the quickstart on two CPU ranks (run under torchrun --nproc_per_node 2)
     ("quickstart", ["--trainer.devices", "2", "--trainer.strategy", "ModelParallelStrategy",
-                    "--trainer.strategy.data_parallel_size", "2", "--trainer.strategy.tensor_parallel_size", "1"],
+                    "--trainer.strategy.data_parallel_size", "2", "--trainer.strategy.tensor_parallel_size", "1",
+                    "--model.lora_rank", "0"],
      "ModelParallelStrategy on 2 cpu device(s)"),
     # docs/scaling.md: two nodes of 4 GPUs (16 groups: 2 per rank)
     ("alfworld_scpo", ["--trainer.num_nodes", "2", "--trainer.strategy.data_parallel_size", "8"],

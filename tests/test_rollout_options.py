@@ -65,3 +65,37 @@ def test_validation_autocast_applies_to_validation_collections_only(tmp_path):
     with pytest.raises(RuntimeError), module.generation_context(validation=True):
         raise RuntimeError("a failed validation rollout")
     assert module.engine.autocast_dtype is None  # restored, also after a failure
+
+
+def test_each_step_of_a_rollout_samples_with_a_seed_of_its_own():
+    """The engines reseed from ``params.seed`` on every call: one seed for all steps would replay
+    the same random draws at every step (each row acting at fixed quantiles of its distribution)."""
+    from envs.toy import ACTIONS, CorridorEnv
+    from envs.registry import SequentialPool
+    from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
+    from scpo_lightning.rollout import collect
+
+    class Recording(RolloutEngine):
+        def __init__(self):
+            self.seeds = []
+
+        def generate(self, prompts, params, allowed=None):
+            self.seeds.append(params.seed)
+            return [Generation([7], f"<action>{ACTIONS[0]}</action>", True) for _ in prompts]
+
+    class Tokenizer:
+        def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+            return [1, 2, 3]
+
+    def run(seed):
+        engine = Recording()
+        collect(SequentialPool(CorridorEnv, 2), engine, Tokenizer(), [("train", 0)], 2, SamplingParams(seed=seed),
+                RolloutConfig(env="alfworld", max_steps=5), progress=False)
+        return engine.seeds
+
+    seeds = run(11)
+    assert len(seeds) == 5 and len(set(seeds)) == 5 and 11 not in seeds
+    assert run(11) == seeds and set(run(12)).isdisjoint(seeds)  # reproducible, and per call seed
+    assert all(0 <= s < 2**63 for s in seeds)
+    assert SamplingParams(seed=None).at_step(3).seed is None  # the engine's running generator
+    assert SamplingParams(seed=11).at_step(2) == SamplingParams(seed=11).at_step(2)

@@ -76,8 +76,8 @@ def test_hand_batch_credit_returns_and_stats():
     # Pairs requested: M* 3×3 + M_b 3×2 + M_c 3×1 = 18; distinct: the 9 of M* (M_b's x0 column
     # and all of M_c repeat them) + 3 against the paraphrase = 12, scored in one call.
     assert result.stats == pytest.approx({
-        "groups": 3, "groups_with_reference": 2, "failed_trajectories": 2,
-        "credited_steps_per_failed": 1.0, "mean_aux_reward": 0.15,
+        "groups": 3, "groups_with_reference": 2, "groups_with_buffer_reference": 0, "buffer_lookups": 0,
+        "failed_trajectories": 2, "credited_steps_per_failed": 1.0, "mean_aux_reward": 0.15,
         "pairs_requested": 18, "pairs_distinct": 12,
     })
     assert len(scorer.calls) == 1 and len(scorer.calls[0]) == 12
@@ -138,7 +138,7 @@ def batches(draw):
 def naive_credit(rows, lengths, cfg, scorer):
     """Per group and failed sibling, score every pair on its own and run the matcher."""
     n = len(rows["steps"])
-    perm = processing_order(cfg.order, lengths, n, cfg.order_partitions)
+    perm = processing_order(cfg.order, lengths, n, cfg.order_partitions, traj_ids=rows["traj_ids"], steps=rows["steps"])
     rank = np.argsort(perm)
     credit = np.zeros(n)
     text = step_texts(rows["actions"], rows["observations"], cfg.separator)

@@ -19,14 +19,20 @@ from envs.webshop.config import WebShopConfig  # noqa: E402
 from envs.webshop.env import make_webshop_env  # noqa: E402
 
 STAND_IN = '''
-class _Server:
-    goals = [{"instruction_text": f"goal {i}"} for i in range(600)]
+import random
+
+
+class SimServer:
+    def __init__(self, base_url, file_path, filter_goals, limit_goals, num_products, human_goals, show_attrs):
+        assert file_path.endswith("items_shuffle_1000.json") and num_products == 1000
+        self.price = random.random()  # WebShop draws prices and bounds from the global generator
+        self.goals = [{"instruction_text": f"goal {i}"} for i in range(600)]
 
 
 class WebAgentTextEnv:
-    def __init__(self, observation_mode, file_path, num_products, human_goals):
-        assert observation_mode == "text" and file_path.endswith("items_shuffle_1000.json")
-        self.server, self.url = _Server(), None
+    def __init__(self, observation_mode, server, session_prefix):
+        assert observation_mode == "text"
+        self.server, self.prefix, self.url = server, session_prefix, None
 
     @property
     def state(self):
@@ -34,23 +40,29 @@ class WebAgentTextEnv:
 
     @property
     def observation(self):
-        return f"page {self.url}"
+        return f"page {self.url.replace(self.prefix, '')}"
 
     def reset(self, session):
-        self.url = f"/{session}"
+        self.url = f"/{self.prefix}{session}"
         return self.observation, None
 
+    def _page(self):
+        return self.url.replace(self.prefix, "")
+
     def get_available_actions(self):
-        clicks = {"/0": ["search"], "/0/results": ["item"], "/0/item": ["buy now"]}.get(self.url, [])
-        return {"has_search_bar": self.url == "/0", "clickables": clicks}
+        clicks = {"/0": ["search"], "/0/results": ["item"], "/0/item": ["buy now"]}.get(self._page(), [])
+        return {"has_search_bar": self._page() == "/0", "clickables": clicks}
 
     def step(self, action):
-        moves = {("/0", "search[shoes]"): "/0/results", ("/0/results", "click[item]"): "/0/item",
-                 ("/0/item", "click[buy now]"): "/0/done"}
-        self.url = moves.get((self.url, action), self.url)
+        moves = {("/0", "search[shoes]"): "/results", ("/0/results", "click[item]"): "/item",
+                 ("/0/item", "click[buy now]"): "/done"}
+        move = moves.get((self._page(), action))
+        if move:
+            self.url = self.url.rsplit("/", 1)[0] + move if self._page().count("/") > 1 else self.url + move
         done = self.url.endswith("/done")
         return self.observation, (0.75 if done else 0), done, None
 '''
+ENGINE = "DEFAULT_ATTR_PATH = 'data/items_ins_v2_1000.json'\n"
 
 
 def _checkout(root, data=True):
@@ -59,6 +71,9 @@ def _checkout(root, data=True):
     (root / "web_agent_site" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "web_agent_text_env.py").write_text(textwrap.dedent(STAND_IN))
+    (root / "web_agent_site" / "engine").mkdir()
+    (root / "web_agent_site" / "engine" / "__init__.py").write_text("")
+    (root / "web_agent_site" / "engine" / "engine.py").write_text(ENGINE)
     if data:
         (root / "data").mkdir()
         for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json", "items_human_ins.json"):
@@ -81,8 +96,12 @@ def test_missing_checkout_is_a_clear_error(tmp_path):
 
 def test_missing_data_names_the_files(tmp_path):
     _checkout(tmp_path, data=False)
-    with pytest.raises(FileNotFoundError, match=r"lacks WebShop's data: .*items_shuffle_1000.json.*indexes_1k"):
+    with pytest.raises(FileNotFoundError, match=r"lacks WebShop's data .*small .*items_shuffle_1000.json.*indexes_1k"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path), webshop_num_products=1000))
+    # The full layout needs its own files (WebShop's loader would fail later on the small file).
+    _checkout(tmp_path / "small")
+    with pytest.raises(FileNotFoundError, match=r"lacks WebShop's data .*full .*items_shuffle.json.*items_ins_v2.json"):
+        make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path / "small")))
     with pytest.raises(ValueError, match="webshop_num_products=7"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path), webshop_num_products=7))
 
@@ -104,6 +123,23 @@ def test_adapter_maps_webshop_text_env(tmp_path, clean_modules, mode, reward):
     assert env.reset("train", 0).task_id == "webshop/500"
     with pytest.raises(IndexError):
         env.reset("train", 100)
+
+
+def test_one_seeded_server_per_process(tmp_path, clean_modules):
+    import random
+
+    from envs.webshop.real import shared_server
+
+    config = WebShopConfig(webshop_checkout=str(_checkout(tmp_path)), webshop_num_products=1000)
+    a, b = make_webshop_env(config), make_webshop_env(config)
+    assert a._env.server is b._env.server and a._env.prefix != b._env.prefix
+    state = random.getstate()
+    shared_server.cache_clear()
+    again = shared_server(config)
+    assert again.price == a._env.server.price == random.Random(config.goal_seed).random()
+    assert random.getstate() == state  # the global generator is given back untouched
+    engine = sys.modules["web_agent_site.engine.engine"]
+    assert engine.DEFAULT_ATTR_PATH.endswith("data/items_ins_v2_1000.json")
 
 
 def test_config_webshop_checkout_reaches_the_real_env(tmp_path, clean_modules):

@@ -274,7 +274,7 @@ def test_worker_failures_reach_the_logged_metrics_per_iteration_and_in_total():
     callback = RLLogger()
     for failures in ({WORKER_DIED: 2.0, WORKER_TIMEOUT: 1.0, WORKERS_RESTARTED: 2.0}, {}):
         batch = SimpleNamespace(episode_metrics=lambda: {"success": 0.0, "episode_length": 1.0}, scpo_stats={},
-                                timings={}, env_failures=failures)
+                                timings={}, env_failures=failures, sampling_stats={})
         callback.on_train_batch_end(trainer, module, None, batch, 0)
         trainer.current_epoch += 1
     (_, first), (_, second) = logged

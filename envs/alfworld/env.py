@@ -78,11 +78,12 @@ class AlfworldConfig:
 
 
 def check_data_dir(path: Path, field: str, fix: str) -> Path:
-    """``path`` holds the dataset: absent on this machine is ``AlfworldDataMissing`` (a dry run lists
-    it and goes on), present without ``json_2.1.1/`` is a wrong folder."""
+    """``path``, which the user named, holds the dataset. A named folder that is absent or lacks
+    ``json_2.1.1/`` is a wrong value (``AlfworldDataError``), which fails the dry run too: only a
+    dataset nobody pointed at (``source: real`` with no path) is merely missing, as a model is."""
     fix = f"point it at the folder alfworld-download filled, or {fix}"
     if not path.exists():
-        raise AlfworldDataMissing(f"{field}={str(path)!r} does not exist on this machine ({LAYOUT_HINT}); {fix}")
+        raise AlfworldDataError(f"{field}={str(path)!r} does not exist on this machine ({LAYOUT_HINT}); {fix}")
     if not (path / "json_2.1.1").is_dir():
         raise AlfworldDataError(f"{field}={str(path)!r} has no json_2.1.1/ folder ({LAYOUT_HINT}); {fix}")
     return path

@@ -35,5 +35,7 @@ def check_family(family: str) -> str:
 
 
 class AlfworldDataMissing(AlfworldDataError, FileNotFoundError):
-    """The dataset folder a config names is not on this machine. A data error like any other, and
-    a missing file too, so ``--dry_run`` lists it (as it lists a missing model) and goes on."""
+    """``source: real`` and no dataset named (no ``data_path``, no ``$ALFWORLD_DATA``, nothing in
+    alfworld's default folder): a data error like any other, and a missing file too, so
+    ``--dry_run`` lists it (as it lists a missing model) and goes on. A folder the user named that
+    is not there is a wrong value instead (``AlfworldDataError``)."""

@@ -82,8 +82,24 @@ class WebShopConfig:
                     f"`python -m envs.webshop.generate --out {self.catalog_dir}`, or leave catalog_dir unset")
 
 
-def check_checkout(checkout: Path, num_products: int | None) -> Path:
-    """The products file to load; a clear error naming whatever is missing."""
+@dataclass(frozen=True)
+class CheckoutFiles:
+    """The files of a real WebShop checkout that its loader reads."""
+
+    products: Path  # data/items_shuffle[_1000].json
+    attributes: Path  # data/items_ins_v2[_1000].json
+    human_goals: Path  # data/items_human_ins.json
+    index: Path  # search_engine/indexes*/
+
+
+def check_checkout(checkout: Path, num_products: int | None) -> CheckoutFiles:
+    """The data files WebShop will read for ``num_products``; a clear error naming what is missing.
+
+    WebShop's small layout (``setup.sh -d small``, num_products=1000) has ``items_shuffle_1000.json``
+    and ``items_ins_v2_1000.json``; the full one (``-d all``) has ``items_shuffle.json`` and
+    ``items_ins_v2.json``. (WebShop's loader itself always reads ``items_ins_v2_1000.json``; the
+    adapter points it at the attributes file of the chosen layout.)
+    """
     if not (checkout / "web_agent_site").is_dir():
         raise FileNotFoundError(
             f"webshop_checkout={checkout}: no web_agent_site/ package there; point it at a "
@@ -93,15 +109,17 @@ def check_checkout(checkout: Path, num_products: int | None) -> Path:
         raise ValueError(f"webshop_num_products={num_products}: WebShop supports {sorted(INDEX_DIRS, key=str)}")
     data = checkout / "data"
     suffix = "_1000" if num_products == 1000 else ""
-    needed = [data / f"items_shuffle{suffix}.json", data / f"items_ins_v2{suffix}.json",
-              data / "items_human_ins.json", checkout / "search_engine" / INDEX_DIRS[num_products]]
-    missing = [str(p) for p in needed if not p.exists()]
+    files = CheckoutFiles(data / f"items_shuffle{suffix}.json", data / f"items_ins_v2{suffix}.json",
+                          data / "items_human_ins.json", checkout / "search_engine" / INDEX_DIRS[num_products])
+    missing = [str(p) for p in vars(files).values() if not p.exists()]
     if missing:
+        layout = "small (setup.sh -d small)" if num_products == 1000 else "full (setup.sh -d all)"
         raise FileNotFoundError(
-            f"webshop_checkout={checkout} lacks WebShop's data: {', '.join(missing)}; run the "
-            "checkout's setup.sh (it downloads the data and builds the search index)"
+            f"webshop_checkout={checkout} lacks WebShop's data for webshop_num_products={num_products}, the "
+            f"{layout} layout: {', '.join(missing)}; run the checkout's setup.sh with that -d flag, or set "
+            "webshop_num_products to match the data it has (1000 for the small set, null for the full one)"
         )
-    return needed[0]
+    return files
 
 
 def env_reward(score: float, reward_mode: str) -> float:

@@ -18,7 +18,7 @@ from envs.webshop.config import WebShopConfig, env_reward
 from envs.webshop.generate import generate_catalog
 from envs.webshop.pages import Element, Shop, State, admissible, apply_action, clickables, page_elements, render_text
 from envs.webshop.reward import Score
-from envs.webshop.search import BM25Search, PyseriniSearch
+from envs.webshop.search import LuceneBM25, PyseriniSearch
 
 SPLITS = ("train", "valid")
 
@@ -44,7 +44,7 @@ def build_shop(config: WebShopConfig) -> Shop:
     if config.search_backend == "pyserini":
         engine = PyseriniSearch(catalog.products, config.pyserini_index)
     else:
-        engine = BM25Search(catalog.products)
+        engine = LuceneBM25.for_products(catalog.products)
     return Shop(catalog, engine)
 
 

@@ -14,6 +14,7 @@ though the action list offers it only where the search bar shows.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 from envs.webshop.catalog import Catalog, Goal, Product
@@ -86,9 +87,7 @@ def page_elements(shop: Shop, goal: Goal, state: State, score: Score | None = No
     if state.page == "search":
         return [Element("text", "WebShop"), *_header(goal), Element("button", "Search")]
     if state.page == "done":
-        total = score.total if score is not None else 0.0
-        return [Element("text", "Thank you for shopping with us!"),
-                Element("text", "Your score (min 0.0, max 1.0)"), Element("text", str(total))]
+        return done_elements(state, score.total if score is not None else 0.0)
     out = [*_header(goal), Element("button", BACK_TO_SEARCH)]
     if state.page == "results":
         hits = shop.results(state.keywords)
@@ -111,15 +110,39 @@ def page_elements(shop: Shop, goal: Goal, state: State, score: Score | None = No
                 Element("text", "Rating: N.A.")]
         out += [Element("button", s) for s in SUB_PAGES] + [Element("button", BUY_NOW)]
     elif state.page == "description":
-        out.append(Element("text", product.description or "No Description"))
+        if product.description:  # WebShop's empty paragraph has no text at all
+            out.append(Element("text", product.description))
     elif state.page == "features":
         out += [Element("text", b) for b in product.bullets]
     # "reviews": WebShop's data ships no reviews, so the page has only its buttons.
     return out
 
 
+#: WebShop's done page as its text mode reads it: the template's hidden debugging block is
+#: visible text there, with the fields WebShop's server leaves unset rendered as "None" or "".
+_DONE_LABELS = ("Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
+                "product category", "query", "Goal", "None", "Reward", "Your score (min 0.0, max 1.0)")
+
+
+def _tojson(options: dict[str, str]) -> str:
+    """Flask's ``tojson`` filter: sorted keys, HTML-significant characters escaped."""
+    text = json.dumps(options, sort_keys=True)
+    for ch, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        text = text.replace(ch, code)
+    return text
+
+
+def done_elements(state: State, total: float) -> list[Element]:
+    texts = ["Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
+             "Purchased", "asin", state.asin or "None", "options", _tojson(dict(state.options)),
+             "attrs", "None", "category", "None", "query", "None", "product category", "None",
+             *_DONE_LABELS, str(total), "Reward Details", "None"]
+    return [Element("text", t) for t in texts]
+
+
 def render_text(elements: list[Element]) -> str:
-    return " [SEP] ".join(e.text.strip() for e in elements if e.text.strip())
+    """WebShop's simple text mode: every visible string, stripped, joined by " [SEP] "."""
+    return " [SEP] ".join(e.text.strip() for e in elements)
 
 
 def clickables(elements: list[Element]) -> dict[str, Element]:

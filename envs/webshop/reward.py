@@ -1,4 +1,4 @@
-"""WebShop's purchase score, with the definition of the published recipe's WebShop copy.
+"""WebShop's purchase score, as WebShop's ``get_reward`` computes it.
 
 score = r_type * (attribute matches + option matches + [price <= bound])
                  / (#goal attributes + #goal options + 1)
@@ -6,65 +6,94 @@ score = r_type * (attribute matches + option matches + [price <= bound])
 * attribute match: a goal attribute fuzzy-matches one of the bought product's attributes
   (token-set ratio > 85), or is a substring of its title, bullet points or description;
 * option match: a goal option fuzzy-matches (token-set ratio > 85) one of the chosen options,
-  both first colour-normalised;
+  both first colour-normalised (the first of WebShop's 102 colour words the value contains);
 * r_type (type score): 1.0, or 0.5 when neither the query nor >= 2 category levels nor more
   than 20 % of the goal title's nouns match, 0.1 when under 10 % of the nouns match, 0.0 when
   none do.
 
-Fuzzy ratio: WebShop calls ``thefuzz.fuzz.token_set_ratio``, which lower-cases, replaces
-non-alphanumerics by spaces and rounds the score to an integer; we call rapidfuzz's
-implementation with the same preprocessing and rounding.
+Fuzzy ratio: WebShop pins thefuzz 0.19, whose ``token_set_ratio`` (without the optional
+python-Levenshtein) drops the Latin-1 range U+0080-U+00FF, turns every non-word character into
+a space, lower-cases, and scores the three token-set strings with ``difflib.SequenceMatcher``,
+each ratio rounded to an integer. ``fuzzy_ratio`` does the same with the standard library:
+difflib's matching blocks are not always a longest common subsequence, so an LCS-based ratio
+(rapidfuzz, thefuzz >= 0.20) scores some pairs higher than WebShop does.
 
-Nouns without spaCy. WebShop tags titles with a spaCy English model and keeps tokens tagged
-NOUN or PROPN. ``en_core_web_sm`` is not on PyPI, so we approximate it: product titles are Title
-Cased, and spaCy tags almost every capitalised content word of a title as PROPN/NOUN; what it
-leaves out are function words, numbers and punctuation. ``title_nouns`` therefore keeps every
-lower-cased alphabetic token of two or more letters that is not an English function word
-(``FUNCTION_WORDS``). It counts adjectives such as "premium" as nouns where spaCy may not;
-the target product always scores title_score 1.0 either way, and distractors sharing the
-head noun keep r_type 1.0 through the query match, so the oracle's score is unaffected.
+Nouns without spaCy. WebShop keeps the NOUN/PROPN tokens of spaCy's ``en_core_web_sm`` tagging
+of the two titles; that model is not on PyPI from its authors. ``title_nouns`` approximates it
+with spaCy's tokenisation of titles (hyphens and "'s" split off, bare numbers dropped) and the
+tag the model gives most title-cased product words: every word is a noun except function
+words. The model's other choices depend on context (it tags "Plus", "Nordic" or "Hooded" a noun
+in one title and not in the next), which no word list reproduces. Agreement with the model on the catalog's titles is
+measured by ``benchmarks/webshop_fidelity.py`` (docs/webshop.md). Nouns only move r_type when
+the bought product is not the goal's own product (the goal's title is the product's title).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-from rapidfuzz import fuzz
-from rapidfuzz.utils import default_process
+from difflib import SequenceMatcher
 
 from envs.webshop.catalog import Goal, Product
 
-#: Colour words, checked in this order; an option becomes the first one it contains.
+#: WebShop's 102 colour words (its normalize.py COLOR_SET), checked in this (alphabetical) order:
+#: an option becomes the first one it contains, by list order, not by position in the option:
+#: "dark grey" -> "dark", "light blue" -> "blue" ("blue" precedes "light").
 COLOR_WORDS = (
-    "alabaster", "apricot", "aqua", "ash", "azure", "beige", "black", "blue", "blush", "bronze",
-    "brown", "burgundy", "camel", "camo", "caramel", "charcoal", "chocolate", "clear", "coffee",
-    "copper", "coral", "cream", "denim", "espresso", "fuchsia", "gold", "gray", "green", "grey",
-    "indigo", "ivory", "khaki", "lavender", "lilac", "lime", "magenta", "maroon", "mauve", "mint",
-    "mocha", "multicolor", "navy", "nude", "olive", "orange", "peach", "pink", "plum", "purple",
-    "red", "rose", "rust", "sand", "silver", "tan", "taupe", "teal", "turquoise", "violet",
-    "walnut", "white", "wine", "yellow",
+    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue",
+    "blush", "bordeaux", "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne",
+    "charcoal", "cheetah", "chestnut", "chocolate", "christmas", "coffee", "cognac", "copper",
+    "coral", "cranberry", "cream", "crystal", "dark", "denim", "eggplant", "elephant", "espresso",
+    "fuchsia", "gold", "granite", "grape", "graphite", "grass", "gray", "green", "grey", "heather",
+    "indigo", "ivory", "ivy", "khaki", "lavender", "lemon", "leopard", "light", "lilac", "lime",
+    "magenta", "maroon", "mauve", "merlot", "midnight", "mint", "mocha", "multicolor", "mushroom",
+    "mustard", "natural", "navy", "nude", "olive", "orange", "peach", "pewter", "pink", "plum",
+    "purple", "rainbow", "red", "rose", "royal", "rust", "sand", "sapphire", "seashell", "silver",
+    "skull", "slate", "steel", "stone", "stonewash", "sunflower", "tan", "taupe", "teal", "tiger",
+    "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
 )
 
 #: Function words (determiners, pronouns, prepositions, conjunctions, auxiliaries, particles).
 FUNCTION_WORDS = frozenset(
     "a an the this that these those my your his her its our their i you he she it we they me "
-    "him us them of in on at by for with from to into onto over under about after before "
+    "him us them of in on at by for with from to into onto under about after before "
     "between through during without within along across behind beyond up down out off "
     "and or but nor so yet if than as is are was were be been being am do does did have has "
-    "had will would shall should can could may might must not no very too also just only "
+    "had will would shall should can could may might must not very too also just only "
     "all any both each few more most other some such own same per via vs".split()
 )
 
 MATCH_THRESHOLD = 85  # fuzzy scores must be strictly above this
 
+_NON_WORD = re.compile(r"\W")
+_LATIN1 = dict.fromkeys(range(128, 256))  # thefuzz's force_ascii drops exactly these code points
+# spaCy's tokens of a title, as far as nouns go: alphanumeric runs (hyphen and apostrophe split).
+_WORD = re.compile(r"[^\W_]+")
+_POSSESSIVE = re.compile(r"['\u2019]s\b")  # spaCy's separate "'s" token (a particle, not a noun)
 
-def fuzzy_ratio(a: str, b: str) -> int:
-    """thefuzz's ``token_set_ratio``: processed strings, integer score, 0 if one is empty."""
-    a, b = default_process(a), default_process(b)
+
+def _process(text: str) -> str:
+    return _NON_WORD.sub(" ", text.translate(_LATIN1)).lower().strip()
+
+
+def _ratio(a: str, b: str) -> int:
+    if a == b:
+        return 100
     if not a or not b:
         return 0
-    return int(round(fuzz.token_set_ratio(a, b)))
+    return int(round(100 * SequenceMatcher(None, a, b).ratio()))
+
+
+def fuzzy_ratio(a: str, b: str) -> int:
+    """thefuzz 0.19's ``token_set_ratio`` (see the module docstring); 0 if one side is empty."""
+    a, b = _process(a), _process(b)
+    if not a or not b:
+        return 0
+    tokens_a, tokens_b = set(a.split()), set(b.split())
+    common = " ".join(sorted(tokens_a & tokens_b))
+    comb_a = (common + " " + " ".join(sorted(tokens_a - tokens_b))).strip()
+    comb_b = (common + " " + " ".join(sorted(tokens_b - tokens_a))).strip()
+    return max(_ratio(common, comb_a), _ratio(common, comb_b), _ratio(comb_a, comb_b))
 
 
 def normalize_color(value: str) -> str:
@@ -77,7 +106,7 @@ def normalize_color(value: str) -> str:
 
 def title_nouns(title: str) -> list[str]:
     """Noun approximation for a product title (see the module docstring)."""
-    return [t for t in re.findall(r"[a-z]+", title.lower()) if len(t) >= 2 and t not in FUNCTION_WORDS]
+    return [w for w in _WORD.findall(_POSSESSIVE.sub("", title.lower())) if not w.isdigit() and w not in FUNCTION_WORDS]
 
 
 @dataclass(frozen=True)

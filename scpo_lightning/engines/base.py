@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,18 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: int | None = None  # per-call seed; None = the engine's running generator
+
+    def at_step(self, t: int) -> SamplingParams:
+        """These settings for step ``t`` of an episode: a seed of its own, drawn from (seed, t).
+
+        Engines reseed their generator from ``seed`` on every call, so one seed for every step of
+        a rollout would repeat the same random draws at each step: a row would sample every action
+        at the same quantiles of its distribution, not independently. ``None`` stays ``None``.
+        """
+        if self.seed is None:
+            return self
+        mixed = int(np.random.SeedSequence([self.seed, t]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return replace(self, seed=mixed)
 
 
 @dataclass(frozen=True)

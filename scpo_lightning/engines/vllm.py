@@ -84,6 +84,19 @@ def _weights_key(module: torch.nn.Module) -> tuple[tuple[int, int], ...]:
     )
 
 
+def _export_rank_variables(device: torch.device) -> None:
+    """vLLM's external launcher reads RANK and LOCAL_RANK from the environment, as torchrun sets
+    them; Lightning's own launcher (``python train.py`` on several devices, or one device under a
+    distributed strategy) initialises the process group without them, so take them from it."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
+    local = device.index if device.type == "cuda" and device.index is not None else rank
+    os.environ.setdefault("LOCAL_RANK", str(local))
+
+
 @contextlib.contextmanager
 def _preserve_global_rng(device: torch.device):
     """Restore Python's, NumPy's and torch's global RNG states (vLLM seeds them all at start-up)."""
@@ -174,6 +187,7 @@ class VLLMEngine(RolloutEngine):
         )
         if distributed:
             kwargs["distributed_executor_backend"] = "external_launcher"
+            _export_rank_variables(param.device)
         kwargs.update(llm_kwargs or {})
         with _preserve_global_rng(param.device):
             self.llm = vllm.LLM(**kwargs)

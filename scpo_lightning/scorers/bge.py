@@ -1,12 +1,48 @@
-"""The paper's scorer: the BGE cross-encoder (bge-reranker-v2-m3) through FlagEmbedding."""
+"""The paper's scorer: the BGE cross-encoder (bge-reranker-v2-m3), through FlagEmbedding or transformers.
+
+Two backends give the same scores (``scorer_options.backend``, chosen in the config, never by
+what happens to import): ``flagembedding`` runs FlagEmbedding's FlagReranker (transformers < 5,
+the `bge` extra); ``transformers`` runs ``bge_transformers.TransformersReranker``, FlagReranker's
+steps on plain transformers, so the scorer also works next to vLLM (transformers >= 5).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+#: ``scorer_options.backend`` -> the package it imports and how to install it.
+BACKENDS = {
+    "flagembedding": ("FlagEmbedding", "pip install -e '.[bge]' (needs transformers < 5, so not next to vLLM)"),
+    "transformers": ("transformers", "pip install transformers (the project's dependency; any version vLLM brings)"),
+}
+
+
+def check_backend(backend: str) -> None:
+    """A backend outside ``BACKENDS``, or one whose package cannot be found, fails naming the field."""
+    if backend not in BACKENDS:
+        raise ValueError(f"scorer_options.backend={backend!r}: choose one of {sorted(BACKENDS)} "
+                         "(flagembedding: FlagReranker itself; transformers: the same scores without FlagEmbedding)")
+    package, install = BACKENDS[backend]
+    if importlib.util.find_spec(package) is None:
+        other = "transformers" if backend == "flagembedding" else "flagembedding"
+        raise ImportError(f"scorer_options.backend={backend} needs {package}, which this environment lacks: {install}; "
+                          f"or set scorer_options.backend: {other}")
+
+
+def check_bge_options(options: Mapping[str, Any]) -> None:
+    """Start-up check of ``scorer: bge`` (before any model loads): the backend and the model folder."""
+    check_backend(options.get("backend", "flagembedding"))
+    model_dir = options.get("model_dir")
+    if not model_dir or not (Path(model_dir).expanduser() / "config.json").is_file():
+        raise FileNotFoundError(
+            f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a local model folder; point it at a "
+            "downloaded BAAI/bge-reranker-v2-m3 (nothing is fetched at run time), or use scorer: minilm")
 
 
 def _check_max_length(path: Path, max_length: int) -> None:
@@ -30,7 +66,11 @@ class BGEScorer:
     Args:
         model_dir: Local directory of a FlagEmbedding encoder-only reranker, e.g. a saved
             ``BAAI/bge-reranker-v2-m3`` (the paper's scorer). Nothing is downloaded.
-        device: Torch device to score on; default ``cuda:0`` when CUDA is available, else ``cpu``.
+        backend: Who computes the scores: ``flagembedding`` (FlagReranker; the `bge` extra, which
+            needs transformers < 5) or ``transformers`` (the same steps on plain transformers, equal
+            to FlagReranker's scores to 1e-5; the choice next to vLLM, whose transformers is >= 5).
+        device: Torch device to score on; default the current CUDA device (under Lightning, the rank's own
+            GPU) when CUDA is available, else ``cpu``.
         batch_size: Pairs per forward pass.
         max_length: Token limit of one (reference, candidate) pair; the reference side is cut
             to 3/4 of it and the candidate fills the rest (FlagEmbedding's rule).
@@ -43,12 +83,14 @@ class BGEScorer:
         self,
         model_dir: str | Path,
         *,
+        backend: str = "flagembedding",
         device: str | None = None,
         batch_size: int = 128,
         max_length: int = 512,
         use_fp16: bool = True,
         field: str = "scorer_options.model_dir",
     ) -> None:
+        check_backend(backend)
         path = Path(model_dir).expanduser()
         # FlagEmbedding would treat a missing path as a Hub repo id and fail with an unrelated
         # network/repo-name error, so check the directory ourselves first.
@@ -68,18 +110,23 @@ class BGEScorer:
             raise ValueError(f"scorer_options.batch_size must be >= 1, got {batch_size}")
         if max_length < 8:
             raise ValueError(f"scorer_options.max_length must be >= 8 tokens, got {max_length}")
-        try:
-            from FlagEmbedding import FlagReranker
-        except ImportError as exc:
-            raise ImportError(
-                f"`scorer: bge` needs FlagEmbedding: pip install -e '.[bge]' ({exc})"
-            ) from exc
         import torch
 
-        if device is None:
-            device = "cuda:0" if torch.cuda.is_available() else "cpu"
-        self.device = device
+        if device is None:  # each rank's own GPU: Lightning sets the current device before callbacks' setup
+            device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        self.device, self.backend = device, backend
         self.use_fp16 = bool(use_fp16) and device.startswith("cuda")
+        if backend == "transformers":
+            from scpo_lightning.scorers.bge_transformers import TransformersReranker
+
+            self._reranker = TransformersReranker(path, device=device, batch_size=batch_size, max_length=max_length,
+                                                  use_fp16=self.use_fp16)
+            return
+        try:
+            from FlagEmbedding import FlagReranker
+        except ImportError as exc:  # found but broken, e.g. transformers 5 next to it
+            raise ImportError(f"scorer_options.backend=flagembedding: FlagEmbedding does not import here ({exc}); "
+                              "set scorer_options.backend: transformers for the same scores without it") from exc
         # One explicit device: with devices=None FlagEmbedding spawns one worker process per
         # visible GPU, which would fight the trainer for the GPUs.
         self._reranker = FlagReranker(
@@ -94,5 +141,7 @@ class BGEScorer:
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         if len(pairs) == 0:
             return np.empty(0, dtype=np.float64)
+        if self.backend == "transformers":
+            return self._reranker.score(pairs)
         scores = self._reranker.compute_score([[ref, cand] for ref, cand in pairs])
         return np.asarray(scores, dtype=np.float64).reshape(len(pairs))

@@ -9,7 +9,7 @@ from scpo_lightning.scorers.base import StepScorer
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
 SCORERS = {
-    "bge": "the paper's BGE cross-encoder (FlagEmbedding; needs a local model_dir, extra `bge`)",
+    "bge": "the paper's BGE cross-encoder (needs a local model_dir; backend flagembedding: extra `bge`, or transformers)",
     "minilm": "offline all-MiniLM-L6-v2 cosine, calibrated to the BGE scale (extra `minilm`)",
     "lexical": "word-overlap Dice score; no dependencies, no model",
 }
