@@ -141,6 +141,7 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
 
     check("data", RolloutDataModule, values, {
         "env": one_of(*sorted(FACTORIES)), "env_options": MAPPING, "train_split": TEXT,
+        "train_tasks": optional(count(1)),
         "val_split": Rule(lambda v: TEXT.ok(v) or (TEXTS.ok(v) and len(v) > 0), "a split name or a non-empty list of them"),
         "val_start_index": count(0), "groups_per_batch": count(1), "group_size": count(2),
         "val_episodes": count(0), "val_batch_episodes": count(1),

@@ -64,6 +64,7 @@ class RolloutDataModule(L.LightningDataModule):
         env: Environment name: alfworld, webshop or corridor (a tiny test world).
         env_options: Keyword options of the environment (e.g. data paths, room size, reward_mode).
         train_split: Split that training tasks are drawn from.
+        train_tasks: Draw training tasks from the split's first this many only (null: the whole split); a small pool makes tasks recur across iterations, as a success-reference buffer needs (docs/buffer_and_dynamic_sampling.md).
         val_split: Held-out split for validation (ALFWorld valid_seen), or a list of splits played as one (e.g. [valid_seen, valid_unseen]: validation episode k is task k of their concatenation, from val_start_index).
         val_start_index: First task index of the validation split used.
         groups_per_batch: Tasks per iteration over all ranks (16 in the paper recipes); a multiple of the number of ranks, each collecting its share.
@@ -89,6 +90,7 @@ class RolloutDataModule(L.LightningDataModule):
         env: str = "alfworld",
         env_options: dict[str, Any] | None = None,
         train_split: str = "train",
+        train_tasks: int | None = None,
         val_split: str | list[str] = "valid_seen",
         val_start_index: int = 0,
         groups_per_batch: int = 16,
@@ -118,6 +120,11 @@ class RolloutDataModule(L.LightningDataModule):
         self.rollout = rollout or RolloutConfig(env=PROMPT_FAMILY.get(env, env))
         self.groups_per_batch, self.group_size = groups_per_batch, group_size
         self.train_split, self.val_start_index = train_split, val_start_index
+        self.train_tasks = train_tasks
+        size = split_size(env, train_split, env_options) if train_tasks is not None else None
+        if size is not None and train_tasks > size:
+            raise ValueError(f"data.train_tasks={train_tasks} but split {train_split!r} has {size} tasks; "
+                             f"set data.train_tasks to at most {size}, or null for the whole split")
         self.val_splits = [val_split] if isinstance(val_split, str) else list(val_split)
         self._val_sizes: list[int] | None = None
         self.val_episodes, self.val_batch_episodes = val_episodes, val_batch_episodes
@@ -190,6 +197,8 @@ class RolloutDataModule(L.LightningDataModule):
     def _sample_tasks(self) -> list[tuple[str, int]]:
         """This rank's groups of the iteration: its share of the draw every rank makes alike."""
         size = split_size(self.env, self.train_split, self.env_options)
+        if self.train_tasks is not None:
+            size = self.train_tasks
         high = size if size is not None else 2**31 - 1
         replace = size is not None and size < self.groups_per_batch
         drawn = self.rng.choice(high, self.groups_per_batch, replace=replace)

@@ -52,6 +52,9 @@ def _checkout_without_data(tmp):
 # (case, build(tmp_path), error type, what the message must say: the field, then the fix)
 CASES = [
     ("group size < 2", _data(group_size=1), ValueError, ["data.group_size", ">= 2"]),
+    ("train pool larger than the split", lambda tmp: RolloutDataModule(
+        env="alfworld", env_options={"size": "tiny"}, train_tasks=5000), ValueError,
+     ["data.train_tasks=5000", "has 3553 tasks", "at most 3553"]),
     ("negative alpha", _scpo(alpha=-0.5), ValueError, ["SCPOCallback.alpha=-0.5", ">= 0"]),
     ("NaN alpha", _scpo(alpha=math.nan), ValueError, ["SCPOCallback.alpha=nan", ">= 0"]),
     ("theta 0", _scpo(theta=0.0), ValueError, ["SCPOCallback.theta=0.0", "in (0, 1]"]),
@@ -179,7 +182,7 @@ FIELDS = [
     *_bad(RolloutCorrection, "mode", "clip"), *_bad(RolloutCorrection, "cap", 1.0, NAN),
     *_bad(RolloutDataModule, "env", "minecraft"),
     *_bad(RolloutDataModule, "env_options", {"no_such": 1}, shows="'no_such'"), *_bad(RolloutDataModule, "env_options", ["rooms"]),
-    *_bad(RolloutDataModule, "train_split", ""), *_bad(RolloutDataModule, "val_split", ""),
+    *_bad(RolloutDataModule, "train_split", ""), *_bad(RolloutDataModule, "train_tasks", 0, 1.5), *_bad(RolloutDataModule, "val_split", ""),
     *_bad(RolloutDataModule, "val_start_index", -1), *_bad(RolloutDataModule, "groups_per_batch", 0),
     *_bad(RolloutDataModule, "group_size", 1), *_bad(RolloutDataModule, "val_episodes", -1),
     *_bad(RolloutDataModule, "val_batch_episodes", 0), *_bad(RolloutDataModule, "val_temperature", -0.1, NAN),

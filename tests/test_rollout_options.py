@@ -50,6 +50,16 @@ def test_a_list_of_validation_splits_is_played_as_their_concatenation():
         _tiny_rooms(val_split=[])
 
 
+def test_a_training_pool_draws_only_its_first_tasks_so_they_recur():
+    # 6 draws of 2 groups from a pool of 3: only tasks 0-2, so some task must come back (pigeonhole),
+    # which is what a success-reference buffer needs; without the pool the same draws never repeat.
+    pooled = _tiny_rooms(groups_per_batch=2, train_tasks=3, val_episodes=8)
+    whole = _tiny_rooms(groups_per_batch=2, val_episodes=8)
+    drawn = [task for _ in range(3) for task in pooled._sample_tasks()]
+    assert {i for _, i in drawn} <= {0, 1, 2} and len(set(drawn)) < len(drawn)
+    assert len({task for _ in range(3) for task in whole._sample_tasks()}) == 6
+
+
 def test_validation_autocast_applies_to_validation_collections_only(tmp_path):
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.testing import build_tiny_llama
