@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from benchmarks.common import QUICKSTART, load_average, machine, read_yaml, write_result
-from envs.registry import SequentialPool, make_env_factory
+from envs.registry import SequentialPool, env_spec, make_env_factory
 from scpo_lightning.rollout import constrained_choices, offered_actions
 
 WEBSHOP_RECIPE = "configs/webshop_scpo.yaml"
@@ -42,6 +42,7 @@ def env_config(env: str) -> tuple[dict[str, Any], str, tuple[str, ...]]:
 def measure(env: str, workers: int, groups: int, group_size: int, steps: int, seed: int) -> dict[str, Any]:
     options, split, excluded = env_config(env)
     factory = make_env_factory(env, options)
+    placeholder = env_spec(env).prompt.search_placeholder
     n = groups * group_size
     t0 = time.perf_counter()
     if workers == 0:
@@ -60,7 +61,7 @@ def measure(env: str, workers: int, groups: int, group_size: int, steps: int, se
         active = [True] * n
         env_steps, step_s, failures = 0, 0.0, 0
         for _ in range(steps):
-            actions = [rng.choice(constrained_choices(offered_actions(adm, excluded), task)) if on else None
+            actions = [rng.choice(constrained_choices(offered_actions(adm, excluded), task, placeholder)) if on else None
                        for (adm, task), on in zip(state, active)]
             t0 = time.perf_counter()
             result = pool.step(actions)

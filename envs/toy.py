@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import random
 
+from envs.alfworld.spec import PROMPT as ALFWORLD_PROMPT
 from envs.base import Reset, TextEnv, Transition
+from envs.spec import EnvSpec
 from scpo_lightning.config_checks import check, count
 
 ACTIONS = ["go east", "go west", "look"]
@@ -47,3 +49,8 @@ class CorridorEnv(TextEnv):
             obs = self._obs()
         won = self.pos == self.goal
         return Transition(obs, list(ACTIONS), 10.0 if won else 0.0, won, won, noop)
+
+
+# Building CorridorEnv only checks its options, so the class is its own settings; rooms and doors:
+# the household prompt fits.
+SPEC = EnvSpec(name="corridor", settings=CorridorEnv, make=CorridorEnv, prompt=ALFWORLD_PROMPT, families=("corridor",))

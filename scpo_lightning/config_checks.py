@@ -134,13 +134,13 @@ def check_module(values: Mapping[str, Any]) -> None:
 def check_datamodule(values: Mapping[str, Any]) -> None:
     """RolloutDataModule (``data.*``): its ``__init__`` locals; the splits are checked once the env
     options are (``envs.registry.check_splits``)."""
-    from envs.registry import FACTORIES, PROMPT_FAMILY
+    from envs.registry import SPECS
     from scpo_lightning.datamodule import RolloutDataModule
     from scpo_lightning.dynamic_sampling import DynamicSampling
     from scpo_lightning.rollout import RolloutConfig
 
     check("data", RolloutDataModule, values, {
-        "env": one_of(*sorted(FACTORIES)), "env_options": MAPPING, "train_split": TEXT,
+        "env": one_of(*sorted(SPECS)), "env_options": MAPPING, "train_split": TEXT,
         "train_tasks": optional(count(1)),
         "val_split": Rule(lambda v: TEXT.ok(v) or (TEXTS.ok(v) and len(v) > 0), "a split name or a non-empty list of them"),
         "val_start_index": count(0), "groups_per_batch": count(1), "group_size": count(2),
@@ -151,20 +151,27 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
         "step_timeout_s": positive(), "reset_timeout_s": positive(), "seed": count(0), "progress": FLAG,
         "dynamic_sampling": instance(DynamicSampling),
     })
-    rollout, family = values["rollout"], PROMPT_FAMILY[values["env"]]
-    if rollout is not None and rollout.env != family:
+    spec, rollout = SPECS[values["env"]], values["rollout"]
+    family = spec.prompt.name
+    if rollout is not None and rollout.env not in (None, family):
         raise ValueError(f"data.rollout.env={rollout.env!r} but data.env={values['env']!r} uses the {family!r} "
                          f"prompts; set data.rollout.env: {family}")
+    limit, options = spec.step_limit, values["env_options"] or {}
+    horizon = (rollout or RolloutConfig(env=family)).max_steps
+    if limit in options and options[limit] != horizon:
+        raise ValueError(f"data.env_options.{limit}={options[limit]!r} contradicts data.rollout.max_steps={horizon}: "
+                         f"the rollout horizon is set once, in data.rollout.max_steps (the env gets it from there); "
+                         f"remove data.env_options.{limit}")
 
 
 def check_rollout(config: Any) -> None:
     """RolloutConfig (``data.rollout.*``)."""
-    from envs.registry import PROMPT_FAMILY
+    from envs.registry import prompt_styles
     from scpo_lightning.rollout import ACTION_MODES, TRUNCATION
 
     values = vars(config)
     check("data.rollout", type(config), values, {
-        "env": one_of(*sorted(set(PROMPT_FAMILY.values()))), "max_steps": count(1), "history_length": count(0),
+        "env": optional(one_of(*sorted(prompt_styles()))), "max_steps": count(1), "history_length": count(0),
         "max_prompt_tokens": count(1), "truncation": one_of(*TRUNCATION), "action_mode": one_of(*ACTION_MODES),
         "gamma": number(0, 1), "invalid_penalty": number(0, finite=True), "exclude_actions": TEXTS,
         "system_prompt": Rule(lambda v: v is None or isinstance(v, str), "null or a string"),

@@ -17,6 +17,7 @@ ranks agree on every retry, and the counts in ``batch.sampling_stats`` cover all
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from typing import Any
@@ -25,7 +26,7 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
-from envs.registry import PROMPT_FAMILY, SequentialPool, check_splits, make_env_factory, split_size
+from envs.registry import SequentialPool, check_splits, env_spec, make_env_factory, split_size
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_datamodule
@@ -61,8 +62,8 @@ class RolloutDataModule(L.LightningDataModule):
     """Environments, task sampling and the rollout loop.
 
     Args:
-        env: Environment name: alfworld, webshop or corridor (a tiny test world).
-        env_options: Keyword options of the environment (e.g. data paths, room size, reward_mode).
+        env: Environment name: alfworld, webshop or corridor (a tiny test world); envs/registry.py lists them.
+        env_options: Keyword options of the environment (e.g. data paths, room size, reward_mode); its step limit comes from rollout.max_steps.
         train_split: Split that training tasks are drawn from.
         train_tasks: Draw training tasks from the split's first this many only (null: the whole split); a small pool makes tasks recur across iterations, as a success-reference buffer needs (docs/buffer_and_dynamic_sampling.md).
         val_split: Held-out split for validation (ALFWorld valid_seen), or a list of splits played as one (e.g. [valid_seen, valid_unseen]: validation episode k is task k of their concatenation, from val_start_index).
@@ -113,11 +114,17 @@ class RolloutDataModule(L.LightningDataModule):
         super().__init__()
         check_datamodule(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
         check_worker_backend(worker_backend, ray_address, workers)
+        self.spec = env_spec(env)
+        self.rollout = dataclasses.replace(rollout or RolloutConfig(), env=self.spec.prompt.name)
+        # One horizon: the env's own step limit is data.rollout.max_steps (check_datamodule refused a
+        # contradicting data.env_options value).
+        env_options = dict(env_options or {})
+        if self.spec.step_limit is not None:
+            env_options[self.spec.step_limit] = self.rollout.max_steps
         # The env's own options, then the splits this run plays (a missing dataset: listed by --dry_run).
         self.env_factory = make_env_factory(env, env_options)
         check_splits(env, env_options, train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
-        self.env, self.env_options = env, dict(env_options or {})
-        self.rollout = rollout or RolloutConfig(env=PROMPT_FAMILY.get(env, env))
+        self.env, self.env_options = env, env_options
         self.groups_per_batch, self.group_size = groups_per_batch, group_size
         self.train_split, self.val_start_index = train_split, val_start_index
         self.train_tasks = train_tasks

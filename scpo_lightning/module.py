@@ -365,11 +365,9 @@ class SCPOModule(L.LightningModule):
     # torchmetrics syncs metric by metric, in key order, so every rank must hold the same keys even
     # when its share of episodes lacks a family: all keys are created when validation starts.
     def on_validation_epoch_start(self) -> None:
-        from envs.registry import SCORED, task_families
-
-        env = self.trainer.datamodule.env
+        spec = self.trainer.datamodule.spec  # the env's declared families and score (envs/spec.py)
         keys = ["valid_action_ratio", "success", "episode_length", "success/unknown"]  # unknown: reset failed
-        keys += [f"success/{f}" for f in task_families(env)] + (["score"] if env in SCORED else [])
+        keys += [f"success/{f}" for f in spec.families] + (["score"] if spec.scored else [])
         self.val_metrics = {k: torchmetrics.MeanMetric().to(self.device) for k in keys}
 
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
@@ -385,8 +383,8 @@ class SCPOModule(L.LightningModule):
 
     def _val_update(self, key: str, value: float, weight: float = 1.0) -> None:
         if key not in self.val_metrics:
-            raise KeyError(f"validation metric {key!r} was not created up front; envs.registry.task_families "
-                           "must list every family the env reports")
+            raise KeyError(f"validation metric {key!r} was not created up front; the env's EnvSpec.families "
+                           "must list every family it reports")
         self.val_metrics[key].update(torch.tensor(value, dtype=torch.float32), weight)
 
     def val_summary(self) -> dict[str, float]:

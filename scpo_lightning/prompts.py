@@ -11,20 +11,23 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from envs.registry import prompt_styles
+from envs.spec import PromptStyle
+
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-
-#: Characters of a malformed response sent to the env as the action (SPEC §6).
-FALLBACK_CHARS = {"alfworld": 30, "webshop": 20}
-
-_ROLE = {
-    "alfworld": "You are an expert household agent acting in a text-based ALFRED environment.",
-    "webshop": "You are an expert shopping agent browsing a web shop through its text interface.",
-}
 
 _INSTRUCTION = (
     "Now choose your next action. First reason step by step about the situation inside "
     "<think> </think> tags. Then give exactly one admissible action inside <action> </action> tags."
 )
+
+
+def prompt_style(env: str, use: str) -> PromptStyle:
+    """The style ``data.rollout.env`` names (each env declares its own in its ``EnvSpec``)."""
+    styles = prompt_styles()
+    if env not in styles:
+        raise ValueError(f"unknown env {env!r} for {use}; expected one of {sorted(styles)}")
+    return styles[env]
 
 
 @dataclass(frozen=True)
@@ -38,19 +41,18 @@ def project_action(text: str, env: str, require_think: bool = True) -> Projectio
 
     Lower-cased text between the first ``<action>`` and the next ``</action>``, stripped. Invalid
     when a think or action tag is missing or the text contains CJK characters. When the action
-    tags are missing, the env receives the last 30 (ALFWorld) / 20 (WebShop) characters of the
-    lower-cased response; when only the think tags are missing (or CJK appears), it receives the
+    tags are missing, the env receives the last ``PromptStyle.fallback_chars`` characters of the
+    lower-cased response (ALFWorld 30, WebShop 20); when only the think tags are missing (or CJK appears), it receives the
     extracted action but the row is still flagged invalid, as in the published projection.
     Admissibility is not checked: a non-admissible command gets the env's own answer.
     ``require_think=False`` is for constrained decoding, whose forced format has no think block.
     """
-    if env not in FALLBACK_CHARS:
-        raise ValueError(f"unknown env {env!r} for action projection; expected one of {sorted(FALLBACK_CHARS)}")
+    fallback = prompt_style(env, "action projection").fallback_chars
     lower = text.lower()
     start = lower.find("<action>")
     end = lower.find("</action>", start + len("<action>")) if start >= 0 else -1
     if start < 0 or end < 0:
-        return Projection(lower[-FALLBACK_CHARS[env] :], False)
+        return Projection(lower[-fallback:], False)
     action = lower[start + len("<action>") : end].strip()
     thought = "<think>" in text and "</think>" in text
     valid = (thought or not require_think) and not _CJK.search(text)
@@ -85,15 +87,14 @@ def build_prompt(
     history_length: int = 2,
 ) -> str:
     """The user message at 0-based ``step``; ``history`` holds all earlier (observation, action) pairs."""
-    if env not in _ROLE:
-        raise ValueError(f"unknown env {env!r} for prompts; expected one of {sorted(_ROLE)}")
+    style = prompt_style(env, "prompts")
     actions = format_admissible(admissible)
-    if env == "webshop":
+    if style.pages_repeat_task:
         observation = format_webshop_observation(observation, task)
         history = [(format_webshop_observation(obs, task), act) for obs, act in history]
     if step == 0:
         return (
-            f"{_ROLE[env]}\nYour current observation is: {observation}\n"
+            f"{style.role}\nYour current observation is: {observation}\n"
             f"Your admissible actions now are: [{actions}].\n\n{_INSTRUCTION}"
         )
     recent = list(history)[-history_length:] if history_length > 0 else []
@@ -102,7 +103,7 @@ def build_prompt(
         f"[Observation {first + k}: '{obs}', Action {first + k}: '{act}']" for k, (obs, act) in enumerate(recent)
     )
     return (
-        f"{_ROLE[env]} Your task is to: {task}\n"
+        f"{style.role} Your task is to: {task}\n"
         f"You have already taken {step} step(s). Your last {len(recent)} observation(s) and action(s):\n{past}\n"
         f"You are now at step {step + 1} and your current observation is: {observation}\n"
         f"Your admissible actions now are: [{actions}].\n\n{_INSTRUCTION}"

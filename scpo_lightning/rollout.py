@@ -19,22 +19,19 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_rollout
 from scpo_lightning.engines.base import RolloutEngine, SamplingParams
-from scpo_lightning.prompts import build_prompt, project_action
+from scpo_lightning.prompts import build_prompt, project_action, prompt_style
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns
 
 TRUNCATION = ("error", "left")
 ACTION_MODES = ("free", "constrained")
-#: WebShop lists its free-text search as this placeholder (its search bar).
-SEARCH_PLACEHOLDER = "search[<your query>]"
-
-
-def constrained_choices(admissible: Sequence[str], task: str) -> list[str]:
+def constrained_choices(admissible: Sequence[str], task: str, search_placeholder: str | None) -> list[str]:
     """Admissible actions for constrained decoding: the prompt's list (``help`` removed, SPEC §6).
 
-    Free-text search cannot be enumerated, so in constrained mode the search bar's placeholder is
-    replaced by one concrete query, the task sentence itself (WebShop's instruction).
+    Free-text search cannot be enumerated, so in constrained mode the search bar's placeholder
+    (``PromptStyle.search_placeholder``) is replaced by one concrete query, the task sentence
+    itself (WebShop's instruction).
     """
-    return [f"search[{task}]" if a == SEARCH_PLACEHOLDER else a for a in admissible if a != "help"]
+    return [f"search[{task}]" if a == search_placeholder else a for a in admissible if a != "help"]
 
 
 def offered_actions(admissible: Sequence[str], exclude: Sequence[str]) -> list[str]:
@@ -71,8 +68,8 @@ class RolloutConfig:
     """Settings of the rollout loop.
 
     Args:
-        env: Environment family for prompts and projection: alfworld or webshop.
-        max_steps: Episode step limit (ALFWorld 50, WebShop 15).
+        env: Prompt style and action projection (an EnvSpec's prompt name: alfworld or webshop); null = the one data.env declares, which is the only value the DataModule accepts.
+        max_steps: Episode step limit, the one source of the horizon: the DataModule also sets the env's own limit from it (ALFWorld 50, WebShop 15).
         history_length: (observation, action) pairs of history in the prompt (SPEC §6).
         max_prompt_tokens: Longest prompt in tokens (chat template included).
         truncation: What a longer prompt does: error (stop with a clear message) or left (keep its last tokens).
@@ -83,7 +80,7 @@ class RolloutConfig:
         system_prompt: A system message before each step's user message; null = none, so the chat template adds its own default (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face", 16 tokens of every row; "" keeps an empty one).
     """
 
-    env: str = "alfworld"
+    env: str | None = None
     max_steps: int = 50
     history_length: int = 2
     max_prompt_tokens: int = 2048
@@ -128,6 +125,7 @@ def collect(
     """Run one batch of grouped episodes and return its rows with G_t and episode scores."""
     t_start = time.perf_counter()
     n = len(tasks) * group_size
+    placeholder = prompt_style(cfg.env, "prompts").search_placeholder
     reset = pool.reset(tasks, group_size)
     failures: dict[str, int] = dict(reset.stats)
     starts = reset.results
@@ -160,7 +158,7 @@ def collect(
                 for i in active
             ]
             t0 = time.perf_counter()
-            allowed = ([constrained_choices(admissible[i], trajs[i]["task"]) for i in active]
+            allowed = ([constrained_choices(admissible[i], trajs[i]["task"], placeholder) for i in active]
                        if cfg.action_mode == "constrained" else None)
             gens = engine.generate(prompts, params.at_step(t), allowed=allowed)
             t1 = time.perf_counter()

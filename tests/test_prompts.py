@@ -2,7 +2,7 @@
 
 import pytest
 
-from scpo_lightning.prompts import build_prompt, format_admissible, project_action
+from scpo_lightning.prompts import build_prompt, format_admissible, project_action, prompt_style
 from scpo_lightning.rollout import constrained_choices
 
 
@@ -54,7 +54,8 @@ def test_prompt_history_keeps_the_last_pairs():
 
 
 def test_constrained_search_uses_the_task_as_query():
-    assert constrained_choices(["search[<your query>]", "click[back to search]", "help"], "red shoes") == [
+    placeholder = prompt_style("webshop", "prompts").search_placeholder
+    assert constrained_choices(["search[<your query>]", "click[back to search]", "help"], "red shoes", placeholder) == [
         "search[red shoes]", "click[back to search]"]
 
 

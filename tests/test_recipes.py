@@ -63,6 +63,10 @@ def test_dry_run_builds_everything_but_the_model(config, capsys, monkeypatch, tm
     (["--data.group_size", "1"], "data.group_size"),
     (["--data.groups_per_batch", "6"], r"data.groups_per_batch=6 must be a multiple of the number of ranks \(4"),
     (["--model.temperature", "0"], "model.temperature"),
+    # A setting written twice, differently: the horizon lives in data.rollout.max_steps only.
+    (["--data.env_options", "{size: alfred, max_steps: 30}"],
+     r"data.env_options.max_steps=30 contradicts data.rollout.max_steps=50: .* remove data.env_options.max_steps"),
+    (["--data.rollout.env", "webshop"], r"data.rollout.env='webshop' but data.env='alfworld' uses the 'alfworld' prompts"),
 ])
 def test_dry_run_fails_on_a_bad_value(override, message, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)

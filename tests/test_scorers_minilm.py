@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import require
-from scpo_lightning.scorers.minilm import CALIBRATIONS, CosineMap
+from scpo_lightning.scorers.minilm import CosineMap, calibrations
 
 # Realistic ALFWorld step texts (action || observation), one per calibration class.
 STEP = "go to countertop 1 || You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 1, and a potato 2."
@@ -51,11 +51,11 @@ def test_calibration_cases_in_expected_order(minilm):
 
 def test_webshop_calibration_cases_in_expected_order(minilm):
     cos = minilm.cosine([(WS_STEP, WS_STEP), (WS_STEP, WS_SAME_ACTION), (WS_STEP, WS_UNRELATED)])
-    scores = CALIBRATIONS["webshop"](cos)
+    scores = calibrations()["webshop"](cos)
     assert scores[0] >= 0.95 and scores[0] > scores[1] > scores[2]
     assert scores[2] < 0.4
     # Under the ALFWorld preset the shared instruction would make these pages look alike.
-    assert CALIBRATIONS["alfworld"](cos)[2] > 0.6
+    assert calibrations()["alfworld"](cos)[2] > 0.6
 
 
 def test_each_text_embedded_once_and_scores_do_not_depend_on_the_batch(minilm):
@@ -84,7 +84,7 @@ def test_cosine_map_hits_its_knots_and_clamps():
     np.testing.assert_allclose(got, [0.0, 0.0, 0.3, 0.6, 1.0, 0.8])
     with pytest.raises(ValueError, match="knots must satisfy"):
         CosineMap(zero=0.7, at_theta=0.7)
-    for preset in CALIBRATIONS.values():  # every shipped preset is a valid, increasing map
+    for preset in calibrations().values():  # every shipped preset is a valid, increasing map
         assert preset(np.array([preset.zero, preset.at_theta, 1.0])).tolist() == [0.0, preset.theta, 1.0]
 
 

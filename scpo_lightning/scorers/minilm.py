@@ -28,7 +28,8 @@ class CosineMap:
     and so the credit (M - λ) / (1 - λ), rises linearly to 1 at identical texts. ``zero`` is the
     median cosine of unrelated steps of the same task (BGE scores those ~0). λ needs no knot of
     its own: with λ < θ it only sets the credit slope above θ. The shipped presets
-    (`CALIBRATIONS`) come from scripts/calibrate_minilm.py; table in docs/scorers.md.
+    (`calibrations`, each env's ``EnvSpec.minilm_knots``) come from scripts/calibrate_minilm.py;
+    table in docs/scorers.md.
     """
 
     zero: float
@@ -50,12 +51,11 @@ class CosineMap:
         return np.interp(np.asarray(cosine, dtype=np.float64), xs, ys)
 
 
-#: Per-environment knots (scripts/calibrate_minilm.py, docs/scorers.md). WebShop pages repeat the
-#: instruction and run to hundreds of tokens, so its unrelated steps already have cosines ~0.83.
-CALIBRATIONS = {
-    "alfworld": CosineMap(zero=0.338, at_theta=0.886),
-    "webshop": CosineMap(zero=0.833, at_theta=0.98),
-}
+def calibrations() -> dict[str, CosineMap]:
+    """The preset maps by env name: the knots each env declares (``EnvSpec.minilm_knots``)."""
+    from envs.registry import SPECS
+
+    return {name: CosineMap(*spec.minilm_knots) for name, spec in SPECS.items() if spec.minilm_knots}
 
 
 def bundled_model_dir() -> Path:
@@ -78,7 +78,7 @@ class MiniLMScorer:
         device: Torch device to embed on.
         batch_size: Texts per forward pass.
         max_length: Token limit per text (the model was trained with 256; longer is cut).
-        calibration: Which preset of `CALIBRATIONS` maps cosine to score: the env being
+        calibration: Which preset of `calibrations()` maps cosine to score: the env being
             trained ("alfworld" or "webshop").
         mapping: A custom cosine -> score map; overrides ``calibration``.
         field: Config field name quoted in error messages.
@@ -95,9 +95,10 @@ class MiniLMScorer:
         mapping: CosineMap | None = None,
         field: str = "scorer_options.model_dir",
     ) -> None:
-        if mapping is None and calibration not in CALIBRATIONS:
+        presets = calibrations()
+        if mapping is None and calibration not in presets:
             raise ValueError(
-                f"scorer_options.calibration={calibration!r}: choose one of {sorted(CALIBRATIONS)} "
+                f"scorer_options.calibration={calibration!r}: choose one of {sorted(presets)} "
                 "(the env being trained) or pass a custom mapping"
             )
         path = bundled_model_dir() if model_dir is None else Path(model_dir).expanduser()
@@ -121,7 +122,7 @@ class MiniLMScorer:
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
-        self.mapping = mapping or CALIBRATIONS[calibration]
+        self.mapping = mapping or presets[calibration]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised mean-pooled embeddings, one row per text (float32)."""
