@@ -29,6 +29,7 @@ import numpy as np
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_scpo_callback
+from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
 from scpo_lightning.scorers.factory import check_scorer_options
@@ -124,7 +125,13 @@ class SCPOCallback(L.Callback):
         #: The last shaped batch's plan and pair scores, for the credit heatmap.
         self.last: tuple[ShapingPlan, np.ndarray, RolloutBatch] | None = None
 
+    @staticmethod
+    def check_module(pl_module: L.LightningModule) -> None:
+        """Start-up check against the module (also run by ``--dry_run``): its estimator reads the credit."""
+        check_reads_step_credit(pl_module.estimator)
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.check_module(pl_module)  # before the scorer and the model load
         if self.scorer is None:
             self.scorer = CachedScorer(make_scorer(self.scorer_name, **self.scorer_options), cache_entries=self.cache_entries)
 

@@ -86,6 +86,10 @@ class SCPOCLI(LightningCLI):
         trainer = self.trainer
         if not isinstance(self.datamodule, _Unavailable):
             self.datamodule.check_world_size(trainer.world_size)  # a real run checks it in setup
+        if not isinstance(self.model, _Unavailable):  # callbacks' checks against the module (run in setup too)
+            for callback in trainer.callbacks:
+                if callable(getattr(callback, "check_module", None)):
+                    callback.check_module(self.model)
         callbacks = [type(c).__name__ if not isinstance(c, _Unavailable) else f"{c.cls.__name__} (stand-in)"
                      for c in trainer.callbacks]
         print(f"[dry run] config valid. model: {self._describe(self.model)}; data: {self._describe(self.datamodule)}; "

@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: model.estimator / model.old_logprobs choices.
-ESTIMATORS = ("gigpo", "grpo", "rloo")
+#: model.old_logprobs choices.
 OLD_LOGPROBS = ("recompute", "rollout")
 
 
@@ -100,13 +99,21 @@ def check(prefix: str, cls: type, values: Mapping[str, Any], rules: Mapping[str,
 def check_module(values: Mapping[str, Any]) -> None:
     """SCPOModule (``model.*``): its ``__init__`` locals."""
     from scpo_lightning.engines.factory import ENGINES, check_engine_options
+    from scpo_lightning.estimators import ESTIMATORS, estimator_class
     from scpo_lightning.gigpo import MODES
     from scpo_lightning.losses import RolloutCorrection
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.precision import BF16_GRID
 
+    def names_estimator(name: Any) -> bool:
+        try:
+            return isinstance(name, str) and estimator_class(name) is not None
+        except ValueError:
+            return False
+
     check("model", SCPOModule, values, {
-        "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"), "estimator": one_of(*ESTIMATORS),
+        "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"),
+        "estimator": Rule(names_estimator, f"one of {tuple(ESTIMATORS)} or the import path of an Estimator subclass"),
         "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
         "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
         "grad_clip": number(0, low_open=True),  # inf: no clipping

@@ -30,7 +30,7 @@ from scpo_lightning.config_checks import check_module
 from scpo_lightning.distributed import Plan
 from scpo_lightning.engines.factory import make_engine
 from scpo_lightning.engines.hf import HFEngine
-from scpo_lightning.gigpo import gigpo_advantage, grpo_advantage, rloo_advantage
+from scpo_lightning.estimators import estimator_class
 from scpo_lightning.logprobs import response_logprobs
 from scpo_lightning.losses import RolloutCorrection, policy_loss, rollout_correction
 from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
@@ -54,7 +54,7 @@ class SCPOModule(L.LightningModule):
     Args:
         policy: HF causal-LM directory or hub-style path, or "smollm2-gguf" for the offline SmolLM2-135M-Instruct.
         torch_dtype: Parameter dtype of the policy: float32, bfloat16 or float16.
-        estimator: Advantage estimator: gigpo (SPEC §2), grpo or rloo.
+        estimator: Advantage estimator: gigpo (SPEC §2), grpo, rloo, or the import path (package.module.Class) of an Estimator subclass of your own (scpo_lightning/estimators.py).
         norm_mode: Group normalisation: mean_std_norm (ALFWorld recipe) or mean_norm (WebShop recipe).
         omega: Weight ω of the step-level advantage in A = A_E + ω A_S (grpo/rloo: of the SCPO credit term).
         lr: AdamW learning rate (constant).
@@ -124,6 +124,7 @@ class SCPOModule(L.LightningModule):
         except (FileNotFoundError, ImportError) as exc:
             raise type(exc)(f"model.policy: {exc}") from None
         self.save_hyperparameters()
+        self.estimator = estimator_class(estimator)()
         self.automatic_optimization = False
         self.policy: torch.nn.Module | None = None
         # The frozen reference is the initial policy, not training state: it is held outside the
@@ -217,16 +218,9 @@ class SCPOModule(L.LightningModule):
 
     # ------------------------------------------------------------ advantages
     def advantages(self, batch: RolloutBatch) -> np.ndarray:
-        """Per-row A from the batch; the step level sees SCPO's G̃ when the callback set it (GRPO and
-        RLOO read its credit G̃ - G through a step-level term of their own, scpo_lightning/gigpo.py)."""
-        hp = self.hparams
-        shaped = dict(shaped_returns=batch.shaped_returns, step_returns=batch.step_returns, omega=hp.omega)
-        if hp.estimator == "grpo":
-            return grpo_advantage(batch.episode_scores, batch.group_ids, hp.norm_mode, **shaped)
-        if hp.estimator == "rloo":
-            return rloo_advantage(batch.episode_scores, batch.traj_returns, batch.traj_ids, batch.group_ids, **shaped)
-        returns = batch.shaped_returns if batch.shaped_returns is not None else batch.step_returns
-        return gigpo_advantage(batch.episode_scores, returns, batch.group_ids, batch.anchors, hp.norm_mode, hp.omega)
+        """Per-row A from the batch by ``model.estimator`` (scpo_lightning/estimators.py); each of
+        the shipped ones reads SCPO's credit when the callback shaped the batch."""
+        return self.estimator(batch, self.hparams.norm_mode, self.hparams.omega)
 
     # -------------------------------------------------------------- training
     # Under FSDP every forward all-gathers parameters and every backward reduce-scatters gradients,

@@ -236,13 +236,15 @@ def test_scpo_credit_term_matches_a_per_group_loop_and_moves_advantage_to_credit
     ("rloo", [-0.25, -0.25, 0.0, 0.5]),
 ])
 def test_module_passes_scpo_credit_to_every_estimator(estimator, gain):
-    # SCPOModule.advantages reads only hparams and batch fields: run it on stand-ins, shaped and not.
+    # SCPOModule.advantages reads only its estimator, hparams and batch fields: run it on stand-ins, shaped and not.
     from types import SimpleNamespace
 
+    from scpo_lightning.estimators import estimator_class
     from scpo_lightning.module import SCPOModule
 
     c = SHAPED_GROUP
-    module = SimpleNamespace(hparams=SimpleNamespace(estimator=estimator, norm_mode="mean_norm", omega=1.0))
+    module = SimpleNamespace(hparams=SimpleNamespace(norm_mode="mean_norm", omega=1.0),
+                             estimator=estimator_class(estimator)())
     batch = SimpleNamespace(episode_scores=np.array(c["scores"], float), group_ids=["g"] * 4,
                             traj_returns=np.array([10.0, 10, 0, 0]), traj_ids=["a", "a", "b", "b"],
                             anchors=["s0", "s1", "s0", "s1"], step_returns=np.array(c["step_returns"]),
