@@ -1,11 +1,9 @@
-"""The LightningModule: the policy, its frozen reference, and the PPO update on rollout rows (SPEC §4).
+"""The LightningModule: the policy, its frozen reference, the estimator and validation metrics.
 
 One training "epoch" is one RL iteration: the DataModule yields one collected batch, the SCPO
-callback shapes its step returns, and ``training_step`` computes advantages, recomputes old and
-reference log-probs, and runs one PPO epoch of sequential mini-batches (one optimizer step each,
-gradient accumulation over micro-batches) with manual optimisation. Old and reference log-probs
-are computed micro-batch by micro-batch in exactly the grouping the update uses, so before the
-first optimizer step the ratio is exactly 1 (docs/numerics.md).
+callback shapes its step returns, and ``training_step`` runs one PPO epoch on it
+(scpo_lightning/ppo_epoch.py: old and reference log-probs, advantages by ``model.estimator``,
+sequential mini-batches with manual optimisation).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -22,25 +19,17 @@ import lightning as L
 import numpy as np
 import torch
 import torchmetrics
-from torch.distributed.tensor import DTensor
 
-from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_module
-from scpo_lightning.distributed import Plan
 from scpo_lightning.engines.factory import make_engine
-from scpo_lightning.engines.hf import HFEngine
 from scpo_lightning.estimators import estimator_class
-from scpo_lightning.logprobs import response_logprobs
-from scpo_lightning.losses import RolloutCorrection, policy_loss, rollout_correction
+from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
 from scpo_lightning.policy import check_model_source
+from scpo_lightning.ppo_epoch import run_epoch
 from scpo_lightning.precision import prepare_weights
 from scpo_lightning.sharding import gathered, is_sharded, shard
-from scpo_lightning.update_metrics import iteration_metrics, mismatch_metrics
-
-#: The loss terms logged as train/<name> (fields of losses.policy_loss's result).
-LOSS_PARTS = ("loss", "pg_loss", "entropy", "kl", "clip_frac", "approx_kl_old", "kept_frac")
 
 # The frozen reference model is in eval mode on purpose; Lightning warns about any such module.
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
@@ -198,18 +187,12 @@ class SCPOModule(L.LightningModule):
 
     @contextlib.contextmanager
     def generation_context(self, validation: bool = False) -> Iterator[None]:
-        """Around a rollout collection: sharded weights are gathered for the HF engine (collective);
-        a validation collection samples under ``val_generation_autocast`` when it is set."""
-        hf, autocast = isinstance(self.engine, HFEngine), self.hparams.get("val_generation_autocast")
-        before = self.engine.autocast_dtype if hf else None
-        with gathered(self.policy) if hf else contextlib.nullcontext():
-            try:
-                if hf and validation and autocast:
-                    self.engine.autocast_dtype = autocast
-                yield
-            finally:
-                if hf:
-                    self.engine.autocast_dtype = before
+        """Around a rollout collection: sharded weights are gathered for an engine that generates
+        with them (collective); a validation collection samples under ``val_generation_autocast``."""
+        shared = self.engine.shares_policy_weights
+        autocast = self.hparams.get("val_generation_autocast") if validation else None
+        with gathered(self.policy) if shared else contextlib.nullcontext(), self.engine.autocast(autocast):
+            yield
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
@@ -223,137 +206,10 @@ class SCPOModule(L.LightningModule):
         return self.estimator(batch, self.hparams.norm_mode, self.hparams.omega)
 
     # -------------------------------------------------------------- training
-    # Under FSDP every forward all-gathers parameters and every backward reduce-scatters gradients,
-    # and the collectives of all ranks pair up call by call. Ranks hold different numbers of rows,
-    # so a rank with fewer micro-batches runs idle passes (one pad token, zero loss) until the
-    # counts agree. On one process all of this reduces to the plain loops.
-    def _idle_pass(self, model: torch.nn.Module, backward: bool) -> None:
-        ids = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
-        if backward:
-            self.manual_backward(model(input_ids=ids).logits.sum() * 0.0)
-        else:
-            with torch.no_grad():
-                model(input_ids=ids)
-
-    @torch.no_grad()
-    def _logprobs(self, model: torch.nn.Module, batch: RolloutBatch, plan: Plan) -> list[torch.Tensor | None]:
-        """Per-row response log-probs (1-D tensors), no grad, micro-batch by micro-batch in the
-        update's own grouping: the same rows in the same padded shapes give the same numbers
-        (under bf16 autocast a row's log-probs depend on the batch it is computed in)."""
-        out: list[torch.Tensor | None] = [None] * len(batch)
-        for micros, _ in plan:
-            for micro in micros:
-                if micro is None:
-                    self._idle_pass(model, backward=False)
-                    continue
-                logp, _, mask = response_logprobs(model, [batch.prompt_ids[i] for i in micro],
-                                                  [batch.response_ids[i] for i in micro], self.tokenizer.pad_token_id,
-                                                  self.hparams.temperature, with_entropy=False, device=self.device)
-                for i, lp, m in zip(micro, logp, mask):
-                    out[i] = lp[m.bool()]
-        return out
-
-    def _rollout_logprobs(self, batch: RolloutBatch) -> list[torch.Tensor] | None:
-        """The engine's log-probs of π per row (1-D float32 tensors), or None when it reported none."""
-        hp = self.hparams
-        rows = batch.rollout_logprobs
-        if rows is None:
-            if hp.old_logprobs == "rollout" or self.correction.mode != "none":
-                raise ValueError("model.old_logprobs: rollout and model.rollout_correction need the engine's log-probs of "
-                                 "the policy, which this batch lacks; use old_logprobs: recompute and "
-                                 "rollout_correction mode: none")
-            return None
-        return [torch.tensor(r, dtype=torch.float32, device=self.device) for r in rows]
-
-    def _clip_gradients(self) -> float:
-        """Clip to model.grad_clip; the norm before clipping, over the whole model on every rank."""
-        norm = torch.nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad], self.hparams.grad_clip)
-        # Over FSDP2's DTensor gradients the norm is a replicated DTensor: already the global norm.
-        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-
-    @staticmethod
-    def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-        return torch.stack([torch.nn.functional.pad(r, (0, width - len(r))) for r in rows])
-
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
-        hp = self.hparams
-        n = len(batch)
-        t0 = time.perf_counter()
-        self.engine.release_memory()  # rollouts are done: e.g. vLLM's sleep mode frees its memory for the update
-        plan = distributed.update_plan(n, hp.mini_batch_rows, hp.micro_batch_rows, self.device)
-        rollout = self._rollout_logprobs(batch)
-        self.policy.eval()  # no dropout while recomputing old log-probs (SPEC §4)
-        recomputed = hp.old_logprobs == "recompute"
-        old = self._logprobs(self.policy, batch, plan) if recomputed else rollout
-        # Without a reference model (kl_coef 0) the KL term has weight 0; its logged value is then
-        # the drift from the rollout policy.
-        ref = self._logprobs(self.reference, batch, plan) if self.reference is not None else old
-        self.policy.train()
-        t1 = time.perf_counter()
-        batch.wait_shaping()  # the scorer ran while the log-probs were recomputed
-        t2 = time.perf_counter()
-        adv = torch.as_tensor(self.advantages(batch), dtype=torch.float32, device=self.device)
-        t3 = time.perf_counter()
-        opt = self.optimizers()
-        fresh: list[torch.Tensor | None] = list(old) if recomputed else [None] * n  # π_old as the trainer computes it
-        self.step_metrics = []
-        skipped = bad_loss_steps = 0
-        for k, (micros, real) in enumerate(plan):
-            # Real micro-batches of all ranks weigh equally (SPEC §4); FSDP averages gradients over ranks.
-            weight = distributed.world_size() / real
-            opt.zero_grad(set_to_none=True)
-            loss_finite = True
-            sums = dict.fromkeys(LOSS_PARTS, 0.0)
-            for micro in micros:
-                if micro is None:
-                    self._idle_pass(self.policy, backward=True)
-                    continue
-                logp, entropy, mask = response_logprobs(
-                    self.policy, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
-                    self.tokenizer.pad_token_id, hp.temperature, with_entropy=True)
-                width = logp.shape[1]
-                old_t = self._pad([old[i] for i in micro], width)
-                if k == 0 and not recomputed:  # the policy has not moved yet: this is π_old, recomputed
-                    for i, lp, m in zip(micro, logp.detach(), mask):
-                        fresh[i] = lp[m.bool()]
-                is_weights = pg_mask = None
-                if self.correction.mode != "none":
-                    is_weights, pg_mask = rollout_correction(old_t, self._pad([rollout[i] for i in micro], width), mask,
-                                                             self.correction.mode, self.correction.cap)
-                out = policy_loss(logp, old_t, self._pad([ref[i] for i in micro], width), adv[micro], mask, entropy,
-                                  hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp,
-                                  is_weights=is_weights, pg_mask=pg_mask)
-                # Checked before backward: a non-finite loss skips this mini-batch's step below even
-                # when its gradient comes out finite. The backward still runs, because every rank must
-                # run the same passes (FSDP pairs their collectives); its gradient is thrown away.
-                finite = bool(torch.isfinite(out.loss.detach()))
-                loss_finite &= finite
-                self.manual_backward(out.loss * weight)
-                for key in LOSS_PARTS:  # a non-finite loss is counted below, not averaged in as NaN
-                    sums[key] += float(getattr(out, key).detach()) / real if finite else 0.0
-            grad_norm = self._clip_gradients()
-            # One rank's non-finite loss skips the step on every rank (the grad norm is global already).
-            reduced = distributed.all_reduce([sums[key] for key in LOSS_PARTS] + [0.0 if loss_finite else 1.0], "sum",
-                                             self.device)
-            bad_loss = reduced[-1] > 0
-            applied = not bad_loss and math.isfinite(grad_norm)
-            if applied:
-                opt.step()
-            else:
-                opt.zero_grad(set_to_none=True)  # reaches neither the weights nor AdamW's moments
-                skipped += 1
-                bad_loss_steps += bad_loss
-            self.update_steps += 1
-            self.step_metrics.append({**dict(zip(LOSS_PARTS, reduced)), "grad_norm": grad_norm, "applied": float(applied),
-                                      "mini_batch": float(k), "step": float(self.update_steps)})
-        self.skipped_steps += skipped
-        self.engine.sync_weights()  # the next rollouts use the updated weights (vLLM copies them in)
-        self.last_metrics = iteration_metrics(self.step_metrics, LOSS_PARTS, adv, [t0, t1, t2, t3, time.perf_counter()],
-                                              self.skipped_steps, self.device)
-        self.last_metrics.update({"train/skipped_nonfinite_loss": float(bad_loss_steps),
-                                  "train/skipped_nonfinite_grad": float(skipped - bad_loss_steps)})
-        if rollout is not None:  # recompute: every row; rollout: the first mini-batch's rows
-            self.last_metrics.update(mismatch_metrics(rollout, fresh, batch.sampling_logprobs, self.device))
+        """One PPO epoch over the iteration's rows (scpo_lightning/ppo_epoch.py); it sets
+        ``step_metrics``, ``last_metrics`` and the step counters."""
+        run_epoch(self, batch)
 
     # ------------------------------------------------------------ validation
     # torchmetrics syncs metric by metric, in key order, so every rank must hold the same keys even

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import scpo_lightning.module as module_py
+import scpo_lightning.ppo_epoch as ppo_epoch
 from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.losses import RolloutCorrection, k3_kl
 from scpo_lightning.module import SCPOModule
@@ -25,13 +25,13 @@ from scpo_lightning.testing import build_tiny_llama
 @pytest.mark.parametrize("precision, generation", [("32-true", None), ("32-true", "bfloat16"), ("bf16-mixed", "bfloat16")])
 def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path, monkeypatch, precision, generation):
     calls = []
-    real_loss = module_py.policy_loss
+    real_loss = ppo_epoch.policy_loss
 
     def spy(logp, old_logp, ref_logp, advantages, mask, *args, **kwargs):
         calls.append((logp.detach().clone(), old_logp.clone(), ref_logp.clone(), mask.bool()))
         return real_loss(logp, old_logp, ref_logp, advantages, mask, *args, **kwargs)
 
-    monkeypatch.setattr(module_py, "policy_loss", spy)
+    monkeypatch.setattr(ppo_epoch, "policy_loss", spy)
     monkeypatch.setattr(SCPOModule, "advantages", lambda self, batch: np.zeros(len(batch)))
     torch.manual_seed(0)
     # 3 mini-batches of near-equal size cut into micro-batches of 3: a grouping that contiguous
@@ -48,7 +48,7 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
 
     steps = module.step_metrics
     assert len(steps) >= 2 and all(s["applied"] for s in steps)
-    plan = module_py.distributed.update_plan(int(module.last_metrics["train/rows"]), 5, 3)
+    plan = ppo_epoch.distributed.update_plan(int(module.last_metrics["train/rows"]), 5, 3)
     first = len(plan[0][0])
     assert first >= 2  # at least one micro-batch that contiguous chunks would group differently
     for logp, old, ref, mask in calls[:first]:
@@ -87,8 +87,8 @@ def _fit_one_iteration(tmp_path, **module_kw) -> SCPOModule:
 
 def test_rollout_logprobs_as_old_skip_the_recompute_and_still_measure_the_mismatch(tmp_path, monkeypatch):
     passes = []
-    real = module_py.response_logprobs
-    monkeypatch.setattr(module_py, "response_logprobs", lambda *a, **k: passes.append(k["with_entropy"]) or real(*a, **k))
+    real = ppo_epoch.response_logprobs
+    monkeypatch.setattr(ppo_epoch, "response_logprobs", lambda *a, **k: passes.append(k["with_entropy"]) or real(*a, **k))
     module = _fit_one_iteration(tmp_path, old_logprobs="rollout", kl_coef=0.0)
     assert passes and all(passes)  # every forward was an update pass: no recompute pass ran
     m = module.last_metrics

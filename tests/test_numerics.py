@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-import scpo_lightning.module as module_py
+import scpo_lightning.ppo_epoch as ppo_epoch
 from callbacks.logging import RLLogger
 from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.module import SCPOModule
@@ -48,7 +48,7 @@ class Watch(L.Callback):
 def test_nonfinite_loss_and_gradient_skip_their_steps_and_training_continues(tmp_path, monkeypatch):
     # Iteration 1's first mini-batch gets an infinite loss whose gradient is finite (an added
     # constant): only the loss check can catch it. Its second gets a finite loss with NaN gradients.
-    real_loss, calls = module_py.policy_loss, []
+    real_loss, calls = ppo_epoch.policy_loss, []
 
     def faulty_loss(*args, **kwargs):
         out = real_loss(*args, **kwargs)
@@ -59,7 +59,7 @@ def test_nonfinite_loss_and_gradient_skip_their_steps_and_training_continues(tmp
             return dataclasses.replace(out, loss=NanGrad.apply(out.loss))
         return out
 
-    monkeypatch.setattr(module_py, "policy_loss", faulty_loss)
+    monkeypatch.setattr(ppo_epoch, "policy_loss", faulty_loss)
     torch.manual_seed(0)
     module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
                         mini_batch_rows=1, micro_batch_rows=1, generation_batch_size=8)

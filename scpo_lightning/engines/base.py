@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,7 +53,16 @@ class Generation:
 
 
 class RolloutEngine(abc.ABC):
-    """Generates responses for a batch of tokenised prompts with the policy's current weights."""
+    """Generates responses for a batch of tokenised prompts with the policy's current weights.
+
+    Everything the module calls on an engine is declared here: ``generate`` around each rollout
+    step, ``autocast`` around validation collections, ``release_memory`` / ``sync_weights``
+    around the update, ``state_dict`` / ``load_state_dict`` at checkpoints.
+    """
+
+    #: Generates with the training module's own parameters (not a copy): the module gathers
+    #: sharded weights around each collection so the engine sees whole tensors.
+    shares_policy_weights: bool = False
 
     @abc.abstractmethod
     def generate(
@@ -72,6 +82,22 @@ class RolloutEngine(abc.ABC):
 
     def release_memory(self) -> None:  # noqa: B027 - engines without memory of their own have none to free
         """Between rollouts and the update: free what the engine holds until the next ``sync_weights``."""
+
+    @contextlib.contextmanager
+    def autocast(self, dtype: str | None) -> Iterator[None]:
+        """Within the block, generate under ``torch.autocast`` in ``dtype`` (model.val_generation_autocast);
+        None = as configured. Engines whose compute dtype is fixed when they load accept only None
+        (config_checks refuses val_generation_autocast for them at start-up)."""
+        if dtype is not None:
+            raise ValueError(f"{type(self).__name__} cannot switch to autocast {dtype!r} per collection")
+        yield
+
+    def state_dict(self) -> dict:
+        """What a resume needs to continue bit for bit (e.g. the sampling generator); {} = nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 - an engine without state has nothing to restore
+        """Restore ``state_dict``'s result."""
 
 
 def check_generate_args(prompts: Sequence[Sequence[int]], params: SamplingParams,

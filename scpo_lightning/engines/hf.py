@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import (
@@ -125,6 +125,8 @@ class HFEngine(RolloutEngine):
             ``None``: the model's own dtype.
     """
 
+    shares_policy_weights = True  # generates with the policy itself; the engine never copies it
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -150,6 +152,16 @@ class HFEngine(RolloutEngine):
         if autocast_dtype not in (None, "bfloat16", "float16"):
             raise ValueError(f"autocast_dtype must be None, 'bfloat16' or 'float16', got {autocast_dtype!r}")
         self.autocast_dtype = autocast_dtype
+
+    @contextlib.contextmanager
+    def autocast(self, dtype: str | None) -> Iterator[None]:
+        before = self.autocast_dtype
+        try:
+            if dtype is not None:
+                self.autocast_dtype = dtype
+            yield
+        finally:
+            self.autocast_dtype = before  # restored, also after a failed collection
 
     def state_dict(self) -> dict:
         """The engine's generator state, for exact resumption from a checkpoint."""
