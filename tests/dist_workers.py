@@ -50,7 +50,10 @@ def metrics_worker(rank: int, world: int, tmp: str, results) -> None:
                             scpo_stats={"groups": 2.0, "credited_steps_per_failed": float(rank)})
     out = distributed.batch_metrics(batch)  # what the logging callback logs for the iteration
     # The module's validation path, on a stand-in for the module (no model is needed to count).
-    module = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(env="alfworld")), device="cpu")
+    from envs.registry import env_spec
+
+    module = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(spec=env_spec("alfworld"))),
+                             device="cpu")
     module._val_update = lambda *a: SCPOModule._val_update(module, *a)
     SCPOModule.on_validation_epoch_start(module)
     # Two validation batches on rank 0, one on rank 1: batch counts may differ between ranks.
