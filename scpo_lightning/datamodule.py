@@ -33,7 +33,7 @@ from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
 from scpo_lightning.engines.base import SamplingParams
-from scpo_lightning.rollout import RolloutConfig, collect
+from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
 
 
 def check_worker_backend(backend: str, address: str | None, workers: int) -> None:
@@ -176,12 +176,10 @@ class RolloutDataModule(L.LightningDataModule):
         """
         if self.trainer is None or self.rollout.truncation != "error":
             return
-        from scpo_lightning.policy import load_tokenizer
         from scpo_lightning.prompts import build_prompt
         from scpo_lightning.rollout import offered_actions, tokenize_prompt
 
-        hp = self.trainer.lightning_module.hparams
-        tokenizer = load_tokenizer(hp.policy, hp.get("cache_dir"), trust_remote_code=hp.get("trust_remote_code", False))
+        tokenizer = self.trainer.lightning_module.prompt_tokenizer()
         for task in ((self.train_split, 0), self._val_task(self.val_start_index)):
             first = self.pool.reset([task], 1).results[0]
             if first is not None:
@@ -228,13 +226,13 @@ class RolloutDataModule(L.LightningDataModule):
         return self.val_splits[-1], index
 
     def rollout_batches(self, stage: str):
-        module = self.trainer.lightning_module
+        policy: RolloutPolicy = self.trainer.lightning_module.rollout_policy()
         # Each rank samples its own responses; a per-rank offset keeps them independent.
         seed = self.seed + 1_000_003 * self.rank
         if stage == "train":
-            batch = self._collect_train(module, seed, 0, True)
+            batch = self._collect_train(policy, seed, 0, True)
             if self.dynamic_sampling is not None:
-                batch = self._informative(module, seed, batch)
+                batch = self._informative(policy, seed, batch)
             self.iteration += 1
             yield batch
             return
@@ -246,28 +244,28 @@ class RolloutDataModule(L.LightningDataModule):
         batches = math.ceil(math.ceil(self.val_episodes / self.world_size) / self.val_batch_episodes)
         for b in range(batches):
             start, stop = shard_bounds(len(tasks), batches, b)
-            with module.generation_context(validation=True):
-                batch = collect(self.pool, module.engine, module.tokenizer, tasks[start:stop], 1, params,
+            with policy.context(True):
+                batch = collect(self.pool, policy.engine, policy.tokenizer, tasks[start:stop], 1, params,
                                 self.rollout, self.progress, f"validation {start}/{len(tasks)}") if stop > start else None
             if batch is not None:
                 yield batch
 
-    def _collect_train(self, module: Any, seed: int, retry: int, needed: bool) -> RolloutBatch | None:
+    def _collect_train(self, policy: RolloutPolicy, seed: int, retry: int, needed: bool) -> RolloutBatch | None:
         """One draw of training tasks, collected (every rank draws and enters the generation
         context; a rank that needs no more groups collects nothing). Retry k of an iteration
         samples with a seed of its own."""
         base = seed + self.iteration
-        params = SamplingParams(module.hparams.temperature, self.top_p, self.max_new_tokens,
+        params = SamplingParams(policy.temperature, self.top_p, self.max_new_tokens,
                                 seed=base if retry == 0 else int(np.random.SeedSequence([base, retry]).generate_state(1)[0]))
         tasks = self._sample_tasks()
         label = f"rollout it {self.iteration}" + (f" top-up {retry}" if retry else "")
-        with module.generation_context():
+        with policy.context(False):
             if not needed:
                 return None
-            return collect(self.pool, module.engine, module.tokenizer, tasks, self.group_size, params, self.rollout,
+            return collect(self.pool, policy.engine, policy.tokenizer, tasks, self.group_size, params, self.rollout,
                            self.progress, label)
 
-    def _informative(self, module: Any, seed: int, first: RolloutBatch) -> RolloutBatch:
+    def _informative(self, policy: RolloutPolicy, seed: int, first: RolloutBatch) -> RolloutBatch:
         """Dynamic sampling: this rank's informative groups; the counts of all ranks on the batch."""
         iteration = self.trainer.current_epoch
         hooks = [cb for cb in self.trainer.callbacks if callable(getattr(cb, "creditable_groups", None))]  # SCPO's
@@ -276,12 +274,12 @@ class RolloutDataModule(L.LightningDataModule):
             return set().union(*(cb.creditable_groups(batch, iteration) for cb in hooks))
 
         def any_rank(flag: bool) -> bool:
-            return distributed.all_reduce([float(flag)], "max", module.device)[0] > 0
+            return distributed.all_reduce([float(flag)], "max", policy.device)[0] > 0
 
-        batch, counts = informative_batch(first, lambda retry, needed: self._collect_train(module, seed, retry, needed),
+        batch, counts = informative_batch(first, lambda retry, needed: self._collect_train(policy, seed, retry, needed),
                                           self.groups_per_batch // self.world_size, self.dynamic_sampling, creditable,
                                           any_rank)
-        total = dict(zip(COUNTS, distributed.all_reduce([counts[k] for k in COUNTS], "sum", module.device)))
+        total = dict(zip(COUNTS, distributed.all_reduce([counts[k] for k in COUNTS], "sum", policy.device)))
         total["retries"] = counts["retries"]  # the same on every rank
         trajectories = total.pop("trajectories_collected")
         total["collected_success"] = total.pop("successes_collected") / trajectories if trajectories else 0.0

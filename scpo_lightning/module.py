@@ -29,6 +29,7 @@ from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lo
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.ppo_epoch import run_epoch
 from scpo_lightning.precision import prepare_weights
+from scpo_lightning.rollout import RolloutPolicy
 from scpo_lightning.sharding import gathered, is_sharded, shard
 
 # The frozen reference model is in eval mode on purpose; Lightning warns about any such module.
@@ -193,6 +194,17 @@ class SCPOModule(L.LightningModule):
         autocast = self.hparams.get("val_generation_autocast") if validation else None
         with gathered(self.policy) if shared else contextlib.nullcontext(), self.engine.autocast(autocast):
             yield
+
+    def rollout_policy(self) -> RolloutPolicy:
+        """The handle the DataModule collects with (after configure_model)."""
+        return RolloutPolicy(self.engine, self.tokenizer, self.generation_context, self.hparams.temperature, self.device)
+
+    def prompt_tokenizer(self) -> Any:
+        """The policy's tokenizer without its weights: the DataModule's first-prompt check runs before they load."""
+        from scpo_lightning.policy import load_tokenizer
+
+        hp = self.hparams
+        return load_tokenizer(hp.policy, hp.cache_dir, trust_remote_code=hp.trust_remote_code)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams

@@ -9,7 +9,8 @@ projected to actions, and the env pool steps all envs in parallel.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,6 +62,26 @@ class EnvPool(Protocol):
     def reset(self, groups: Sequence[tuple[str, int]], group_size: int) -> PoolResult: ...
 
     def step(self, actions: Sequence[str | None]) -> PoolResult: ...
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """What the DataModule collects rollouts with, handed over by the module (``SCPOModule.rollout_policy``).
+
+    Args:
+        engine: Generates the responses with the policy's current weights.
+        tokenizer: The policy's tokenizer (chat template, prompt tokens).
+        context: ``context(validation)`` is entered around every collection; collective (sharded
+            weights are gathered), so every rank enters it equally often.
+        temperature: Sampling temperature of training rollouts (model.temperature).
+        device: Where the DataModule's cross-rank counts are reduced.
+    """
+
+    engine: RolloutEngine
+    tokenizer: Any
+    context: Callable[[bool], AbstractContextManager]
+    temperature: float
+    device: Any
 
 
 @dataclass(frozen=True)

@@ -16,22 +16,24 @@ import torch.multiprocessing as mp
 
 import scpo_lightning.datamodule as datamodule_module
 from scpo_lightning.datamodule import RolloutDataModule
-from scpo_lightning.rollout import RolloutConfig
+from scpo_lightning.rollout import RolloutConfig, RolloutPolicy
 from tests import dist_workers
 
 
 class FakeModule:
-    """What ``rollout_batches`` needs of the module; counts entries into the generation context."""
+    """What ``rollout_batches`` needs of the module (its rollout policy); counts entries into the
+    generation context."""
 
     def __init__(self):
-        self.hparams = SimpleNamespace(temperature=1.0)
-        self.engine = self.tokenizer = None
         self.contexts = 0
 
     @contextlib.contextmanager
     def generation_context(self, validation: bool = False):
         self.contexts += 1  # collective in real runs: every rank must enter it equally often
         yield
+
+    def rollout_policy(self) -> RolloutPolicy:
+        return RolloutPolicy(None, None, self.generation_context, 1.0, "cpu")
 
 
 def as_rank(rank: int, world: int, monkeypatch, **kw) -> tuple[RolloutDataModule, FakeModule, list]:
