@@ -3,6 +3,8 @@ iteration timer's bookkeeping adds up. Timing itself is never asserted (benchmar
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -65,9 +67,10 @@ def _rollout_batch(rows: dict) -> RolloutBatch:
 
 def test_naive_shaper_requests_every_pair_and_credits_like_the_callback(small_batch):
     from callbacks.scpo import SCPOCallback
+    from scpo_lightning.estimators import GiGPO
 
     callback = SCPOCallback(scorer="lexical", theta=THETA)
-    callback.setup(None, None, "fit")
+    callback.setup(None, SimpleNamespace(estimator=GiGPO()), "fit")  # SCPO on GiGPO: its start-up check passes
     try:
         naive_credit, naive = naive_shape(_rollout_batch(small_batch), callback.config, LexicalScorer())
         credit, ours = ours_shape(callback, _rollout_batch(small_batch))
