@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import tempfile
 import time
@@ -234,6 +235,28 @@ def smoke_config(tmp: Path, config: Path = CONFIG) -> Path:
     return path
 
 
+def table(result: dict[str, Any]) -> str:
+    """The Markdown table docs/learning.md shows: per run, success at each validation with its
+    Wilson interval, the change with Newcombe's, training success and SCPO credit per iteration."""
+    head = [f"iteration {v['iteration']}" for v in next(iter(result["runs"].values()))["validations"]]
+    lines = ["| run | " + " | ".join(head) + " | change [95 % CI] | train success per iteration "
+             "| SCPO credited steps / failed sibling | buffer references | fit wall time |",
+             "|---" * (len(head) + 6) + "|"]
+    for name, run in result["runs"].items():
+        cells = [f"{v['successes']}/{v['episodes']} = {v['success']:.3f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]"
+                 for v in run["validations"]]
+        s = result["summary"][name]
+        its = run["iterations"]
+        scpo = [it.get("scpo") or {} for it in its]
+        credit = " / ".join(f"{x.get('credited_steps_per_failed', 0.0):.2f}" for x in scpo) if any(scpo) else "–"
+        buffered = (" / ".join(f"{x.get('groups_with_buffer_reference', 0.0):.0f}" for x in scpo)
+                    if any("groups_with_buffer_reference" in x for x in scpo) else "–")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {s['change']:+.3f} [{s['change_ci95'][0]:+.2f}, "
+                     f"{s['change_ci95'][1]:+.2f}] | " + " / ".join(f"{it['success']:.2f}" for it in its)
+                     + f" | {credit} | {buffered} | {run['wall_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS),
@@ -247,7 +270,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="validate every method at iteration 0 instead of once per seed")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny random model on the corridor world, 2 iterations: checks the pipeline, not learning")
+    parser.add_argument("--table", type=Path, metavar="JSON",
+                        help="print the Markdown table of a result file (docs/learning.md) and exit; trains nothing")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --model.lr=5e-5
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return {}
     log_dir = LOG_DIR
     if args.smoke:
         tmp = Path(tempfile.mkdtemp(prefix="learning_smoke_"))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.learning import main, newcombe, wilson
+from benchmarks.learning import main, newcombe, table, wilson
 from tests.conftest import require
 
 
@@ -51,6 +51,12 @@ def test_smoke_run_trains_every_method_from_the_same_start(tmp_path):
         assert ("scpo" in run["iterations"][0]) == (name == "scpo_seed0")  # SCPO's stats only where it ran
         summary = result["summary"][name]
         assert summary["change_ci95"][0] <= summary["change"] <= summary["change_ci95"][1]
+    # The docs' table: a header, a rule, a row per run with its three validations and SCPO's credit
+    # only where SCPO ran.
+    rows = table(result).splitlines()
+    assert len(rows) == 5 and rows[0].count("| iteration ") == 3
+    credit = {row.split(" | ")[0][2:]: row.split(" | ")[6] for row in rows[2:]}
+    assert credit["gigpo_seed0"] == credit["grpo_seed0"] == "–" and credit["scpo_seed0"].count(" / ") == 1
 
 
 @pytest.mark.slow
