@@ -45,7 +45,8 @@ from benchmarks.common import DATA, RESULTS, machine, write_result
 from benchmarks.record_batches import load_batches
 from benchmarks.shaper_cost import rollouts_key, scpo_settings
 from scpo_lightning.ordering import processing_order, trajectory_major
-from scpo_lightning.shaper import apply_plan, plan_shaping
+from scpo_lightning.credit import apply_plan
+from scpo_lightning.shaper import plan_shaping
 
 ENV_VAR = "VERL_SEQLEN_BALANCING"
 Partitioner = Callable[[list[int], int], list[list[int]]]
@@ -86,7 +87,7 @@ def credit_under(plan: Any, scores: np.ndarray, config: Any, perm: np.ndarray) -
     rank = np.empty(len(perm), dtype=np.int64)
     rank[perm] = np.arange(len(perm))
     blocks = [dataclasses.replace(b, order=np.argsort(rank[b.rows], kind="stable")) for b in plan.blocks]
-    return apply_plan(dataclasses.replace(plan, blocks=blocks), scores, config)[0]
+    return apply_plan(dataclasses.replace(plan, blocks=blocks), scores, config).credit
 
 
 def measure(env: str, data_dir: Path, published: Partitioner | None) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from scpo_lightning.gigpo import gigpo_advantage  # noqa: E402
 from scpo_lightning.ordering import processing_order  # noqa: E402
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns  # noqa: E402
 from scpo_lightning.scorers import LexicalScorer  # noqa: E402
-from scpo_lightning.shaper import SCPOConfig, apply_plan, plan_shaping  # noqa: E402
+from scpo_lightning.credit import apply_plan  # noqa: E402
+from scpo_lightning.scpo_config import SCPOConfig  # noqa: E402
+from scpo_lightning.shaper import plan_shaping  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -93,7 +95,7 @@ def run_once(batch: dict, config: SCPOConfig, scorer: LexicalScorer):
     pair_scores = scorer.score(plan.pairs)
     scorer_s = time.perf_counter() - t1
     start = _clock()
-    credit, _ = apply_plan(plan, pair_scores, config)
+    credit = apply_plan(plan, pair_scores, config).credit
     adv = gigpo_advantage(scores_e, g + config.alpha * credit, batch["group_ids"], batch["anchors"])
     applied = _since(start)
     return (planned[0] + applied[0], planned[1] + applied[1]), scorer_s, credit, adv
@@ -136,7 +138,7 @@ def phases(batch: dict, config: SCPOConfig, pair_scores: np.ndarray, repeats: in
             config.order, batch["lengths"], len(batch["steps"]), config.order_partitions,
             traj_ids=batch["traj_ids"], steps=batch["steps"]))
         plan = timed("plan_shaping_incl_order", lambda: plan_shaping(traj_returns=g[2], config=config, **rows))
-        credit, _ = timed("apply_plan_matcher", lambda: apply_plan(plan, pair_scores, config))
+        credit = timed("apply_plan_matcher", lambda: apply_plan(plan, pair_scores, config)).credit
         timed("gigpo_advantage", lambda: gigpo_advantage(
             g[1], g[0] + config.alpha * credit, batch["group_ids"], batch["anchors"]))
     return {k: round(statistics.median(v), 2) for k, v in parts.items()}

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
 import random
 import subprocess
 import sys

@@ -18,12 +18,10 @@ import lightning as L
 import numpy as np
 
 from callbacks.heatmap import credit_heatmap
-from callbacks.scpo import SCPOCallback
-from envs.workers import WORKERS_RESTARTED
+from envs.worker import WORKERS_RESTARTED
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_rl_logger
-from scpo_lightning.distributed import batch_metrics, reduce_scalars
-from scpo_lightning.scpo import credit_path
+from scpo_lightning.metrics import batch_metrics, reduce_scalars
 
 
 class RLLogger(L.Callback):
@@ -89,21 +87,18 @@ class RLLogger(L.Callback):
         if experiment is None or not hasattr(experiment, "add_image"):
             return
         if self.heatmap_every and it % self.heatmap_every == 0:
-            self._heatmap(trainer, experiment, it)
+            self._heatmap(batch, experiment, it)
         if self.text_every and it % self.text_every == 0:
             experiment.add_text("rollout/trajectories", self._trajectories_text(batch), it)
 
-    def _heatmap(self, trainer: L.Trainer, experiment: Any, it: int) -> None:
-        scpo = next((c for c in trainer.callbacks if isinstance(c, SCPOCallback)), None)
-        if scpo is None or scpo.last is None or not scpo.last[0].blocks:
-            return
-        plan, scores, batch = scpo.last
-        # The failed sibling with the most credit is the most informative picture.
-        best = max(range(len(plan.blocks)), key=lambda b: float(batch.scpo_credit[plan.blocks[b].rows].sum()))
-        sim, ref_sim = plan.matrices(scores, best)
-        order = plan.blocks[best].order
-        _, pos = credit_path(sim, ref_sim, scpo.config.theta, scpo.config.lam, order, scpo.config.monotonic)
-        img = credit_heatmap(sim, pos, order, scpo.config.theta)
+    @staticmethod
+    def _heatmap(batch: RolloutBatch, experiment: Any, it: int) -> None:
+        """The credit heatmap of the batch's most credited failed sibling, from SCPO's result."""
+        shaping = batch.shaping
+        if shaping is None or not shaping.paths:
+            return  # no SCPO callback, its scorer failed on this batch, or no failed sibling had a reference
+        best = max(shaping.paths, key=lambda path: path.credit)  # the most informative picture (ties: the first)
+        img = credit_heatmap(best.sim, best.positions, best.order, shaping.theta)
         experiment.add_image("scpo/credit_heatmap", img, it, dataformats="HWC")
 
     def _trajectories_text(self, batch: RolloutBatch) -> str:

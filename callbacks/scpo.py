@@ -3,7 +3,9 @@
 ``on_train_batch_start`` plans the batch (references, failed siblings, distinct text pairs) and
 hands the pairs to the scorer in a worker thread; the module recomputes old and reference
 log-probs meanwhile and calls ``batch.wait_shaping()`` before it computes advantages, so the
-update waits only if scoring is not done. Only the step-level advantage sees G̃ (§3.9).
+update waits only if scoring is not done. What shaping produced is the batch's ``shaping``
+(``scpo_lightning.credit.ShapingResult``), the one thing later stages read. Only the step-level
+advantage sees G̃ (§3.9).
 
 With ``reference_source: buffer | both`` the callback keeps, per task, the successes of earlier
 iterations (``scpo_lightning.reference_buffer``; docs/buffer_and_dynamic_sampling.md): each batch
@@ -11,7 +13,7 @@ is planned against the buffer as it stood before the batch, then its own success
 (gathered from every rank, so all ranks hold the same buffer and a checkpoint holds all of it).
 
 A scorer that raises or runs past ``scorer_timeout_s`` costs that batch its shaping, not the run:
-the batch trains as plain GiGPO (``shaped_returns`` stays None), with a logged warning and the
+the batch trains as plain GiGPO (its result has no credit), with a logged warning and the
 ``scpo/scorer_failures`` counters, unless ``on_scorer_error: fail``.
 """
 
@@ -29,11 +31,13 @@ import numpy as np
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_scpo_callback
+from scpo_lightning.credit import ShapingResult, apply_plan
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
 from scpo_lightning.scorers.factory import check_scorer_options
-from scpo_lightning.shaper import SCPOConfig, ShapingPlan, apply_plan, plan_shaping, reference_kind
+from scpo_lightning.scpo_config import SCPOConfig, reference_kind
+from scpo_lightning.shaper import ShapingPlan, plan_shaping
 
 log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
@@ -43,16 +47,18 @@ def check_scorer(name: str, options: dict[str, Any]) -> None:
     """Fail at config time, before any model loads, when the chosen scorer cannot be built."""
     if name not in SCORERS:
         raise ValueError(f"SCPOCallback.scorer={name!r}: choose one of {sorted(SCORERS)}")
-    try:
-        check_scorer_options(name, options)
-    except ValueError as exc:
-        raise ValueError(f"SCPOCallback.scorer_options: {exc}") from None
+    check_scorer_options(name, options, field="SCPOCallback.scorer_options")
     if name == "bge":
         from scpo_lightning.scorers.bge import check_bge_options
 
         check_bge_options(options)
     if name == "minilm":
         from scpo_lightning.scorers.minilm import bundled_model_dir
+
+        mapping = options.get("mapping")
+        if "theta" in options or (isinstance(mapping, dict) and "theta" in mapping):
+            raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
+                             "calibration's match knot follows it, so remove theta from scorer_options")
 
         model_dir = options.get("model_dir")
         if not model_dir:
@@ -122,8 +128,6 @@ class SCPOCallback(L.Callback):
         self.scorer: CachedScorer | None = None
         self.scorer_failures = 0
         self.buffer = SuccessBuffer(buffer_size, buffer_max_age) if reference_source != "siblings" else None
-        #: The last shaped batch's plan and pair scores, for the credit heatmap.
-        self.last: tuple[ShapingPlan, np.ndarray, RolloutBatch] | None = None
 
     @staticmethod
     def check_module(pl_module: L.LightningModule) -> None:
@@ -133,7 +137,22 @@ class SCPOCallback(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.check_module(pl_module)  # before the scorer and the model load
         if self.scorer is None:
-            self.scorer = CachedScorer(make_scorer(self.scorer_name, **self.scorer_options), cache_entries=self.cache_entries)
+            options = self.run_scorer_options(getattr(getattr(trainer, "datamodule", None), "spec", None))
+            self.scorer = CachedScorer(make_scorer(self.scorer_name, **options), cache_entries=self.cache_entries)
+
+    def run_scorer_options(self, spec: Any = None) -> dict[str, Any]:
+        """``scorer_options`` as this run builds the scorer: MiniLM's calibration follows θ and, unless
+        named, the trained env's (``spec``: its ``EnvSpec``; None outside a Trainer: the options as given)."""
+        options = dict(self.scorer_options)
+        if self.scorer_name == "minilm":
+            options["theta"] = self.config.theta
+            if spec is not None and "calibration" not in options and "mapping" not in options:
+                if spec.minilm_knots is None:
+                    raise ValueError(f"SCPOCallback.scorer_options: data.env={spec.name!r} declares no MiniLM "
+                                     "calibration (EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) "
+                                     "or give a mapping")
+                options["calibration"] = spec.name
+        return options
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.scorer is not None:
@@ -180,7 +199,7 @@ class SCPOCallback(L.Callback):
         submitted = time.monotonic()
         plan_s = time.perf_counter() - t0
 
-        def finish() -> None:
+        def finish() -> ShapingResult:
             t1 = time.perf_counter()
             wait = None if self.scorer_timeout_s is None else max(0.0, submitted + self.scorer_timeout_s - time.monotonic())
             try:
@@ -191,18 +210,12 @@ class SCPOCallback(L.Callback):
                     reason = f"no scores within SCPOCallback.scorer_timeout_s={self.scorer_timeout_s} s"
                 else:
                     reason = f"{type(exc).__name__}: {exc}"
-                self._failed(batch, reason, exc)
-                return
-            credit, stats = apply_plan(plan, scored.scores, self.config)
-            batch.scpo_credit = credit
-            batch.shaped_returns = batch.step_returns + self.config.alpha * credit
-            stats.update({
-                "shaped": 1.0, "scorer_failures": 0.0, "scorer_failures_total": float(self.scorer_failures),
-                "pairs_scored": float(scored.stats.scored), "cache_hits": float(scored.stats.cache_hits),
-                "scorer_s": scored.stats.seconds, "plan_s": plan_s, "wait_s": time.perf_counter() - t1,
-            })
-            batch.scpo_stats = stats
-            self.last = (plan, scored.scores, batch)
+                return self._failed(reason, exc)
+            return apply_plan(plan, scored.scores, self.config, batch.step_returns).with_stats(
+                shaped=1.0, scorer_failures=0.0, scorer_failures_total=float(self.scorer_failures),
+                pairs_scored=float(scored.stats.scored), cache_hits=float(scored.stats.cache_hits),
+                scorer_s=scored.stats.seconds, plan_s=plan_s, wait_s=time.perf_counter() - t1,
+            )
 
         batch.pending_shaping = finish
 
@@ -221,7 +234,7 @@ class SCPOCallback(L.Callback):
         plan.stats.update({"buffer_size": float(len(self.buffer)), "buffer_tasks": float(self.buffer.tasks),
                            "buffer_hit_rate": plan.stats["groups_with_buffer_reference"] / lookups if lookups else 0.0})
 
-    def _failed(self, batch: RolloutBatch, reason: str, exc: BaseException | None = None) -> None:
+    def _failed(self, reason: str, exc: BaseException | None = None) -> ShapingResult:
         """One batch's scoring failed: stop the run, or count it and train the batch unshaped."""
         self.scorer_failures += 1
         message = f"SCPO scorer {self.scorer_name!r} failed on this batch ({reason})"
@@ -230,8 +243,8 @@ class SCPOCallback(L.Callback):
                                "plain GiGPO instead") from exc
         log.warning("%s; the batch trains without SCPO shaping (plain GiGPO). Scorer failures so far: %d",
                     message, self.scorer_failures)
-        batch.scpo_stats = {"shaped": 0.0, "scorer_failures": 1.0, "scorer_failures_total": float(self.scorer_failures)}
-        self.last = None  # no heatmap of an older batch under this iteration
+        stats = {"shaped": 0.0, "scorer_failures": 1.0, "scorer_failures_total": float(self.scorer_failures)}
+        return ShapingResult(credit=None, shaped_returns=None, stats=stats, theta=self.config.theta)
 
     def state_dict(self) -> dict[str, Any]:
         state = {"rng": self.rng.bit_generator.state, "scorer_failures": self.scorer_failures}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -55,3 +56,13 @@ class TextEnv(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release engine resources."""
+
+
+def group_slots(groups: Sequence[tuple[str, int]], group_size: int, capacity: int) -> dict[int, tuple[str, int]]:
+    """The slot layout every pool and the rollout loop share: slot ``g * group_size + j`` plays
+    ``groups[g]`` = (split, index) for member j, so slot i belongs to group ``i // group_size``.
+    More slots than the pool's ``capacity`` envs is refused."""
+    n = len(groups) * group_size
+    if n > capacity:
+        raise ValueError(f"{len(groups)} groups x {group_size} = {n} slots; the pool has {capacity}")
+    return {g * group_size + j: tuple(task) for g, task in enumerate(groups) for j in range(group_size)}

@@ -2,7 +2,7 @@
 
 ``RayEnvPool`` is ``EnvPool`` with ``RayWorker`` as its backend: each actor holds a slice of the
 env slots, built by the same picklable factory, and answers the same ("reset" / "step", payload)
-calls through ``envs.workers.run_op``. The failure semantics are ``EnvPool``'s: an actor that dies
+calls through ``envs.worker.run_op``. The failure semantics are ``EnvPool``'s: an actor that dies
 (``RayActorError``) or does not answer in time (``ray.get`` timeout) is killed with ``ray.kill``
 and replaced, and the episodes it held end with ``info["failure"]`` = ``worker_died`` /
 ``worker_timeout``, counted in the call's stats.
@@ -20,8 +20,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from envs.base import TextEnv
-from envs.workers import (WORKER_DIED, WORKER_TIMEOUT, EnvFactory, EnvPool, RemoteError, Worker, WorkerFailed,
-                          raise_remote, remote_error, run_op)
+from envs.worker import (WORKER_DIED, WORKER_TIMEOUT, EnvFactory, RemoteError, Worker, WorkerFailed, raise_remote,
+                         remote_error, run_op)
+from envs.workers import EnvPool
 
 
 class _EnvActor:

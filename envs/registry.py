@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from envs.alfworld.spec import SPEC as ALFWORLD
-from envs.base import TextEnv
+from envs.base import TextEnv, group_slots
 from envs.spec import EnvSpec, PromptStyle
 from envs.toy import SPEC as CORRIDOR
 from envs.webshop.spec import SPEC as WEBSHOP
+from scpo_lightning.config_checks import check_keywords
 
 #: Every environment ``data.env`` can name: adding one is its module (envs/spec.py) plus a line here.
 SPECS: dict[str, EnvSpec] = {spec.name: spec for spec in (ALFWORLD, CORRIDOR, WEBSHOP)}
@@ -41,10 +41,7 @@ def check_options(name: str, options: dict[str, Any]) -> Any:
     """Build the env's settings once, here: a bad option fails at start-up, naming it, before any
     model or game loads (worker processes would meet it only when they start). Returns them."""
     settings = env_spec(name).settings
-    accepted = list(inspect.signature(settings).parameters)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"data.env_options: {name} takes no option(s) {unknown}; its options are {accepted}")
+    check_keywords("data.env_options", f"the {name} env", settings, options)
     try:
         return settings(**options)
     except (ValueError, FileNotFoundError) as exc:
@@ -111,11 +108,8 @@ class SequentialPool:
         self.envs = [factory() for _ in range(size)]
 
     def reset(self, groups: Sequence[tuple[str, int]], group_size: int) -> _Result:
-        n = len(groups) * group_size
-        if n > len(self.envs):
-            raise ValueError(f"{len(groups)} groups x {group_size} = {n} slots; the pool has {len(self.envs)}")
-        return _Result([self.envs[g * group_size + j].reset(*task)
-                        for g, task in enumerate(groups) for j in range(group_size)])
+        slots = group_slots(groups, group_size, len(self.envs))
+        return _Result([self.envs[slot].reset(*task) for slot, task in slots.items()])
 
     def step(self, actions: Sequence[str | None]) -> _Result:
         return _Result([None if a is None else self.envs[i].step(a) for i, a in enumerate(actions)])
@@ -123,3 +117,20 @@ class SequentialPool:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def make_pool(factory: Callable[[], TextEnv], size: int, *, workers: int, backend: str = "process",
+              step_timeout_s: float | None = None, reset_timeout_s: float | None = None,
+              address: str | None = None) -> Any:
+    """The pool that steps ``size`` envs: in this process (``workers`` 0), in local worker
+    processes (``envs.workers.EnvPool``) or in Ray actors (``envs.ray_pool.RayEnvPool``)."""
+    if workers == 0:
+        return SequentialPool(factory, size)
+    if backend == "ray":
+        from envs.ray_pool import RayEnvPool
+
+        return RayEnvPool(factory, size, num_workers=workers, timeout_s=step_timeout_s,
+                          reset_timeout_s=reset_timeout_s, address=address)
+    from envs.workers import EnvPool
+
+    return EnvPool(factory, size, num_workers=workers, timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from scpo_lightning.credit import ShapingResult
 
 
 @dataclass
@@ -16,10 +19,15 @@ class RolloutBatch:
     Per row (SPEC §1): group and trajectory ids, step index, prompt and response token ids, the
     anchor (raw env observation the prompt was built from), the projected action, the observation
     the step returned, env reward, done, validity and no-op flags, token length, task family.
-    ``step_returns`` (G_t) and ``episode_scores`` are filled by the collector; the SCPO callback
-    sets ``shaped_returns`` (G̃_t) and ``scpo_stats``; the module reads G̃ when present. When the
-    scorer failed on the batch, ``shaped_returns`` stays None (the batch trains as plain GiGPO)
-    and ``scpo_stats`` says so (``shaped`` 0, ``scorer_failures`` 1).
+    ``step_returns`` (G_t) and ``episode_scores`` are filled by the collector.
+
+    SCPO's hand-off is ``shaping``, a ``scpo_lightning.credit.ShapingResult`` (credit, G̃, stats,
+    the matcher's paths), and it arrives late on purpose: the SCPO callback starts the scorer in
+    ``on_train_batch_start`` and leaves ``pending_shaping``; the module recomputes log-probs
+    meanwhile and calls ``wait_shaping()`` just before the advantage, which stores the result.
+    ``shaped_returns``, ``scpo_credit`` and ``scpo_stats`` read it. When the scorer failed on the
+    batch the result has no credit (the batch trains as plain GiGPO) and its stats say so
+    (``shaped`` 0, ``scorer_failures`` 1).
     """
 
     group_ids: list[int]
@@ -41,29 +49,44 @@ class RolloutBatch:
     step_returns: np.ndarray | None = None
     episode_scores: np.ndarray | None = None
     traj_returns: np.ndarray | None = None
-    shaped_returns: np.ndarray | None = None
     #: Per row, per response token, as the engine sampled (engines.base.Generation): the log-prob
     #: under the sampling distribution (behaviour policy q) and under the policy pi at the rollout
     #: temperature. None when the engine reported none.
     sampling_logprobs: list[list[float]] | None = None
     rollout_logprobs: list[list[float]] | None = None
-    scpo_credit: np.ndarray | None = None
-    scpo_stats: dict[str, float] = field(default_factory=dict)
+    #: SCPO's result, once ``wait_shaping`` has run (None: no SCPO callback, or not yet).
+    shaping: ShapingResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     #: Episodes ended by env/worker failures, per reason, and workers restarted (envs.workers).
     env_failures: dict[str, float] = field(default_factory=dict)
     #: Dynamic sampling's counts over all ranks (groups collected, dropped, kept, retries; see
     #: scpo_lightning.dynamic_sampling); empty without it.
     sampling_stats: dict[str, float] = field(default_factory=dict)
-    #: Set by the SCPO callback while the scorer runs in the background; ``wait_shaping`` ends it
-    #: (it waits at most the callback's scorer_timeout_s, and raises only with on_scorer_error: fail).
-    pending_shaping: Callable[[], None] | None = None
+    #: Set by the SCPO callback while the scorer runs in the background: it waits for the scores
+    #: (at most the callback's scorer_timeout_s; it raises only with on_scorer_error: fail) and
+    #: returns the result. ``wait_shaping`` calls it once.
+    pending_shaping: Callable[[], ShapingResult] | None = None
 
     def wait_shaping(self) -> None:
-        """Block until SCPO shaping (if started) has written ``shaped_returns``."""
+        """Block until SCPO shaping (if started) is done and store its result in ``shaping``."""
         if self.pending_shaping is not None:
             finish, self.pending_shaping = self.pending_shaping, None
-            finish()
+            self.shaping = finish()
+
+    @property
+    def shaped_returns(self) -> np.ndarray | None:
+        """G̃_t per row, or None (no SCPO, or its scorer failed on this batch)."""
+        return None if self.shaping is None else self.shaping.shaped_returns
+
+    @property
+    def scpo_credit(self) -> np.ndarray | None:
+        """SCPO's credit r_t per row, or None."""
+        return None if self.shaping is None else self.shaping.credit
+
+    @property
+    def scpo_stats(self) -> dict[str, float]:
+        """SCPO's statistics of this batch (empty without SCPO)."""
+        return {} if self.shaping is None else self.shaping.stats
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -74,24 +97,15 @@ class RolloutBatch:
         return np.array([len(p) + len(r) for p, r in zip(self.prompt_ids, self.response_ids)], dtype=np.int64)
 
     def episode_metrics(self) -> dict[str, float]:
-        """Success rate, mean episode length, valid-action ratio and per-family success."""
-        trajs = self.trajectories
-        out = {
-            "success": float(np.mean([t["won"] for t in trajs])) if trajs else 0.0,
-            "episode_length": float(np.mean([t["length"] for t in trajs])) if trajs else 0.0,
-            "valid_action_ratio": float(self.is_action_valid.mean()) if len(self) else 0.0,
-        }
-        for family in sorted({t["family"] for t in trajs}):
-            won = [t["won"] for t in trajs if t["family"] == family]
-            out[f"success/{family}"] = float(np.mean(won))
-        if any("score" in t for t in trajs):  # graded envs: an episode that bought nothing scores 0
-            out["score"] = 100.0 * float(np.mean([t.get("score", 0.0) for t in trajs]))
-        return out
+        """This batch's ``scpo_lightning.metrics.episode_metrics`` (success, length, valid actions, per family)."""
+        from scpo_lightning.metrics import episode_metrics
+
+        return episode_metrics(self.trajectories, self.is_action_valid)
 
     def select_groups(self, groups: Sequence[int]) -> RolloutBatch:
         """The rows and trajectories of ``groups`` only, numbered as ``collect`` numbers them:
         group ``groups[k]`` becomes group k, trajectories 0.. group by group, rows in their order."""
-        if self.pending_shaping is not None or self.shaped_returns is not None:
+        if self.pending_shaping is not None or self.shaping is not None:
             raise ValueError("select_groups is for collected batches, before SCPO shaping starts")
         new_group = {int(g): k for k, g in enumerate(groups)}
         trajs = sorted((i for i, t in enumerate(self.trajectories) if t["group"] in new_group),
@@ -115,7 +129,7 @@ class RolloutBatch:
         trajectories: list[dict[str, Any]] = []
         groups = 0
         for part in parts:
-            if part.pending_shaping is not None or part.shaped_returns is not None:
+            if part.pending_shaping is not None or part.shaping is not None:
                 raise ValueError("concat is for collected batches, before SCPO shaping starts")
             ids["group_ids"] += [g + groups for g in part.group_ids]
             ids["traj_ids"] += [t + len(trajectories) for t in part.traj_ids]
@@ -129,8 +143,7 @@ class RolloutBatch:
 #: Fields with one entry per row (the rest describe the batch or its trajectories).
 _ROW_FIELDS = ("group_ids", "traj_ids", "steps", "prompt_ids", "response_ids", "anchors", "actions", "observations",
                "responses", "rewards", "dones", "is_action_valid", "noop", "families", "step_returns",
-               "episode_scores", "traj_returns", "shaped_returns", "sampling_logprobs", "rollout_logprobs",
-               "scpo_credit")
+               "episode_scores", "traj_returns", "sampling_logprobs", "rollout_logprobs")
 
 
 def _take(value: Any, rows: list[int]) -> Any:

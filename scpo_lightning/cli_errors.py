@@ -3,7 +3,7 @@
 The project's checks raise ``ValueError``, ``OSError`` (``FileNotFoundError``) or ``ImportError``
 with one message that names the field, the value and the fix; Lightning raises
 ``MisconfigurationException`` for its own settings. Such an error, raised at start-up, in the
-dry run, in setup or in an env worker (``envs.workers.raise_remote`` re-raises it here as
+dry run, in setup or in an env worker (``envs.worker.raise_remote`` re-raises it here as
 itself), ends the command with its message on stderr and exit status 1. ``SCPO_DEBUG=1`` shows
 the full traceback instead, with an env worker's own traceback. Any other exception, and one of
 these types raised outside the project's code (inside torch, say), is a bug and keeps its

@@ -93,6 +93,18 @@ def check(prefix: str, cls: type, values: Mapping[str, Any], rules: Mapping[str,
             raise ValueError(f"{prefix}.{name} must be {rule.what}; got {value!r}{hint}")
 
 
+def check_keywords(field: str, owner: str, target: Callable[..., Any], options: Mapping[str, Any],
+                   given: Sequence[str] = ()) -> list[str]:
+    """The one "unknown option" check (env, engine and scorer options): every key of ``options``
+    must be a keyword argument of ``target``, less the ``given`` ones the app passes itself. An
+    unknown one fails naming ``field`` and the accepted ones. Returns the accepted names."""
+    accepted = [p for p in inspect.signature(target).parameters if p not in ("self", *given)]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"{field}: {owner} takes no option(s) {unknown}; it accepts {accepted or 'none'}")
+    return accepted
+
+
 # ------------------------------------------------------------------------ the config classes
 # Imports inside the functions: the modules that define the classes and their choices import this one.
 

@@ -26,7 +26,7 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
-from envs.registry import SequentialPool, check_splits, env_spec, make_env_factory, split_size
+from envs.registry import check_splits, env_spec, make_env_factory, make_pool, split_size
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_datamodule
@@ -152,19 +152,9 @@ class RolloutDataModule(L.LightningDataModule):
         if self.pool is None:
             val_share = math.ceil(self.val_episodes / self.world_size)
             size = max(self.groups_per_batch // self.world_size * self.group_size, min(self.val_batch_episodes, val_share))
-            if self.workers == 0:
-                self.pool = SequentialPool(self.env_factory, size)
-            elif self.worker_backend == "ray":
-                from envs.ray_pool import RayEnvPool
-
-                self.pool = RayEnvPool(self.env_factory, size, num_workers=self.workers,
-                                       timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s,
-                                       address=self.ray_address)
-            else:
-                from envs.workers import EnvPool
-
-                self.pool = EnvPool(self.env_factory, size, num_workers=self.workers,
-                                    timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s)
+            self.pool = make_pool(self.env_factory, size, workers=self.workers, backend=self.worker_backend,
+                                  step_timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s,
+                                  address=self.ray_address)
             self._check_first_prompts()
 
     def _check_first_prompts(self) -> None:

@@ -2,8 +2,9 @@
 
 Every rank collects and shapes its own groups, so the credit math never talks to other ranks.
 What does cross ranks is bookkeeping: agreeing on how many forward/backward passes each rank
-runs (FSDP's collectives pair up pass by pass, so every rank must run the same number), the loss
-weights that make a sharded update equal the single-process one, and the logged metrics.
+runs (FSDP's collectives pair up pass by pass, so every rank must run the same number) and the loss
+weights that make a sharded update equal the single-process one. The logged metrics' reductions
+live with their definitions in ``scpo_lightning/metrics.py``.
 """
 
 from __future__ import annotations
@@ -88,75 +89,3 @@ def update_plan(n: int, mini_batch_rows: int, micro_batch_rows: int, device: tor
     agreed = all_reduce([len(m) for m in micros], "max", device)
     real = all_reduce([len(m) for m in micros], "sum", device)
     return [(m + [None] * (int(a) - len(m)), r) for m, a, r in zip(micros, agreed, real) if r > 0]
-
-
-#: How each per-rank iteration scalar combines over ranks, by key prefix (first match wins).
-#: Counts add up; time is the slowest rank's (the iteration waits for it); ratios average.
-_REDUCE_RULES = (
-    ("env_failures/", "sum"), ("val/env_failures/", "sum"),
-    ("time/", "max"),
-    ("scpo/scorer_s", "max"), ("scpo/plan_s", "max"), ("scpo/wait_s", "max"),
-    ("scpo/groups", "sum"), ("scpo/failed_trajectories", "sum"), ("scpo/pairs_", "sum"),
-    ("scpo/cache_hits", "sum"), ("scpo/scorer_failures", "sum"),
-)
-
-
-def reduce_rule(key: str) -> str:
-    """``sum``, ``max`` or ``mean`` for a logged per-rank scalar (``scpo/groups_with_reference``
-    matches ``scpo/groups``: both are counts)."""
-    return next((op for prefix, op in _REDUCE_RULES if key.startswith(prefix)), "mean")
-
-
-def reduce_scalars(local: dict[str, float]) -> dict[str, float]:
-    """Combine per-rank scalars with ``reduce_rule``; keys missing on a rank count as absent there.
-
-    Collective: every rank calls it at the same point. Keys may differ between ranks (a rank whose
-    scorer failed has fewer ``scpo/`` keys), so the dicts are gathered rather than all-reduced.
-    """
-    if not is_distributed():
-        return dict(local)
-    per_rank = gather_objects(dict(local))
-    keys = sorted({k for d in per_rank for k in d})
-    out = {}
-    for key in keys:
-        values = [float(d[key]) for d in per_rank if key in d]
-        op = reduce_rule(key)
-        out[key] = sum(values) if op == "sum" else max(values) if op == "max" else sum(values) / len(values)
-    return out
-
-
-def rollout_metrics(trajectories: Sequence[dict[str, Any]], valid: Sequence[bool]) -> dict[str, float]:
-    """Success, length, valid-action ratio, per-family success and score over the trajectories
-    and rows of *all* ranks (each rank passes its own; collective)."""
-    summary = ([(bool(t["won"]), float(t["length"]), str(t["family"]), t.get("score")) for t in trajectories],
-               int(sum(bool(v) for v in valid)), len(valid))
-    trajs: list[tuple[bool, float, str, Any]] = []
-    valid_rows = rows = 0
-    for part, v, n in gather_objects(summary):
-        trajs.extend(part)
-        valid_rows += v
-        rows += n
-    out = {
-        "success": sum(t[0] for t in trajs) / len(trajs) if trajs else 0.0,
-        "episode_length": sum(t[1] for t in trajs) / len(trajs) if trajs else 0.0,
-        "valid_action_ratio": valid_rows / rows if rows else 0.0,
-    }
-    for family in sorted({t[2] for t in trajs}):
-        won = [t[0] for t in trajs if t[2] == family]
-        out[f"success/{family}"] = sum(won) / len(won)
-    if any(t[3] is not None for t in trajs):
-        # An episode that never bought anything scores 0, as in WebShop's own evaluation.
-        out["score"] = 100.0 * sum(float(t[3] or 0.0) for t in trajs) / len(trajs)
-    return out
-
-
-def batch_metrics(batch: Any) -> dict[str, float]:
-    """A rollout batch's ``rollout/``, ``scpo/``, ``time/`` and ``env_failures/`` scalars; with
-    several ranks they cover all ranks' batches (collective: every rank calls it)."""
-    local = {f"scpo/{k}": v for k, v in batch.scpo_stats.items()}
-    local.update({f"time/{k}": v for k, v in batch.timings.items()})
-    local.update({f"env_failures/{k}": v for k, v in batch.env_failures.items()})
-    if not is_distributed():
-        return {f"rollout/{k}": v for k, v in batch.episode_metrics().items()} | local
-    rollout = rollout_metrics(batch.trajectories, batch.is_action_valid)
-    return {f"rollout/{k}": v for k, v in rollout.items()} | reduce_scalars(local)

@@ -25,6 +25,7 @@ from scpo_lightning.config_checks import check_module
 from scpo_lightning.engines.factory import make_engine
 from scpo_lightning.estimators import estimator_class
 from scpo_lightning.losses import RolloutCorrection
+from scpo_lightning.metrics import episode_values
 from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.ppo_epoch import run_epoch
@@ -236,12 +237,9 @@ class SCPOModule(L.LightningModule):
         """Validation rollouts arrive collected; accumulate per-episode metrics (synced across ranks)."""
         valid = batch.is_action_valid.astype(np.float64)
         self._val_update("valid_action_ratio", valid.mean() if len(valid) else 0.0, len(valid))
-        for traj in batch.trajectories:
-            self._val_update("success", float(traj["won"]))
-            self._val_update(f"success/{traj['family']}", float(traj["won"]))
-            self._val_update("episode_length", float(traj["length"]))
-            if "score" in self.val_metrics:  # an episode that never bought anything scores 0 (WebShop's evaluation)
-                self._val_update("score", 100.0 * float(traj.get("score", 0.0)))
+        for traj in batch.trajectories:  # the same per-episode values as rollout/ (scpo_lightning/metrics.py)
+            for key, value in episode_values(traj, scored="score" in self.val_metrics).items():
+                self._val_update(key, value)
 
     def _val_update(self, key: str, value: float, weight: float = 1.0) -> None:
         if key not in self.val_metrics:

@@ -1,7 +1,8 @@
 """The multi-turn rollout loop: prompts, batched generation, projection, env steps (SPEC §1, §6).
 
 ``collect`` runs ``len(tasks) × group_size`` environments in lock-step; the n members of a group
-are reset on the identical task. Each step, every active env gets a prompt built from its raw
+are reset on the identical task (slot i is in group ``i // group_size``: the pools' layout,
+``envs.base.group_slots``). Each step, every active env gets a prompt built from its raw
 observation and history, the engine generates all responses in one batched call, responses are
 projected to actions, and the env pool steps all envs in parallel.
 """

@@ -1,6 +1,6 @@
 """SCPO's matcher: the semantic prefix table and the monotonic credit rule (SPEC §3.5-3.6).
 
-The batch-level shaper that calls it lives in ``scpo_lightning.shaper``.
+The batch-level shaper that calls it lives in ``scpo_lightning.shaper`` (plan) and ``scpo_lightning.credit`` (match).
 """
 
 from __future__ import annotations

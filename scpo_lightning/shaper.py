@@ -1,9 +1,9 @@
-"""The SCPO shaper for a whole rollout batch (SPEC §3.1-3.10).
+"""The SCPO shaper's first phase for a whole rollout batch (SPEC §3.1-3.4): the plan.
 
 Two phases, so the scorer can run while the trainer does other work: ``plan_shaping`` finds each
 group's reference and failed siblings and collects every distinct text pair the batch needs;
-the scorer scores them; ``apply_plan`` runs the monotonic matcher per failed sibling and returns
-the credit r per row. ``scpo_shape`` does all of it and returns G̃ = G + α r.
+the scorer scores them; ``scpo_lightning.credit.apply_plan`` runs the monotonic matcher per
+failed sibling and returns the credit r per row (``credit.scpo_shape`` does all of it).
 """
 
 from __future__ import annotations
@@ -15,61 +15,9 @@ from typing import Any
 import numpy as np
 
 from scpo_lightning._arrays import check_lengths, factorize, to_numpy
-from scpo_lightning.ordering import ORDERS, processing_order
+from scpo_lightning.ordering import processing_order
 from scpo_lightning.reference_buffer import BufferedReference
-from scpo_lightning.scorers.base import StepScorer
-from scpo_lightning.scpo import check_thresholds, match, semantic_prefix_table
-
-REFERENCES = ("longest", "shortest", "random")
-#: Where a group's reference comes from: ``reference_kind`` says it precisely.
-REFERENCE_SOURCES = ("siblings", "buffer", "both")
-
-
-@dataclass(frozen=True)
-class SCPOConfig:
-    """SCPO shaping settings (defaults: the ALFWorld recipe, SPEC §3 and §7).
-
-    Args:
-        alpha: Weight α of the SCPO credit added to failed siblings' step returns (ALFWorld 0.5, WebShop 1.0).
-        theta: Similarity threshold θ in (0, 1] for a step to match a reference position.
-        lam: Soft base λ in [0, θ): credit is max(0, M - λ) / (1 - λ).
-        tau_succ: A trajectory is a success when its total env reward exceeds this (ALFWorld 0, WebShop 9.0).
-        reference: Which successful sibling is the reference: longest (paper), shortest or random.
-        order: Processing order of failed steps: balanced (paper), chronological or random.
-        order_partitions: K, the number of partitions of the balanced order (the published runs had 4 ranks).
-        monotonic: Credit each reference position at most once (False = the repeated-credit ablation).
-        reference_source: siblings (paper: a successful sibling of the group), buffer (only successes of the same task from earlier iterations) or both (a sibling when the group has a success, else the buffer).
-        separator: Text between action and observation in a step text (action || observation).
-    """
-
-    alpha: float = 0.5
-    theta: float = 0.6
-    lam: float = 0.4
-    tau_succ: float = 0.0
-    reference: str = "longest"
-    order: str = "balanced"
-    order_partitions: int = 4
-    monotonic: bool = True
-    reference_source: str = "siblings"
-    separator: str = " || "
-
-    def __post_init__(self) -> None:
-        # Each message starts with the field name: SCPOCallback prefixes its own class to it.
-        # The comparisons are written so that NaN fails them too.
-        checks = [
-            (self.alpha >= 0, f"alpha={self.alpha} must be >= 0 (it weighs the credit: ALFWorld 0.5, WebShop 1.0)"),
-            (0 < self.theta <= 1, f"theta={self.theta} must be in (0, 1] (the similarity a step needs; paper: 0.6)"),
-            (0 <= self.lam < self.theta,
-             f"lam={self.lam} must be in [0, theta={self.theta}) (credit is max(0, M - lam) / (1 - lam); paper: 0.4)"),
-            (self.reference in REFERENCES, f"reference={self.reference!r} must be one of {REFERENCES}"),
-            (self.order in ORDERS, f"order={self.order!r} must be one of {ORDERS}"),
-            (self.order_partitions >= 1, f"order_partitions={self.order_partitions} must be >= 1"),
-            (self.reference_source in REFERENCE_SOURCES,
-             f"reference_source={self.reference_source!r} must be one of {REFERENCE_SOURCES}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+from scpo_lightning.scpo_config import SCPOConfig, looks_in_buffer, reference_kind
 
 
 @dataclass(frozen=True)
@@ -120,26 +68,6 @@ def _pick_reference(members: list[int], traj_len: np.ndarray, how: str, rng) -> 
     if rng is None:
         raise ValueError("SCPO config reference='random' needs a numpy `rng`")
     return members[int(rng.integers(len(members)))]
-
-
-def reference_kind(has_success: bool, has_buffered: bool, source: str) -> str | None:
-    """Where a group's reference comes from, for ``SCPOConfig.reference_source``.
-
-    siblings: a successful sibling, or none (the paper). buffer: a buffered success of the
-    task from an earlier iteration, or none, whether or not the group has a success of its own.
-    both: a successful sibling when there is one (the current policy's own success wins), else a
-    buffered one. Returns "sibling", "buffer" or None (the group is left unchanged).
-    """
-    if has_success and source != "buffer":
-        return "sibling"
-    if has_buffered and source != "siblings":
-        return "buffer"
-    return None
-
-
-def looks_in_buffer(has_success: bool, source: str) -> bool:
-    """Whether the group asks the buffer (the denominator of the buffer's hit rate)."""
-    return source == "buffer" or (source == "both" and not has_success)
 
 
 def plan_shaping(
@@ -296,58 +224,3 @@ def _distinct(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     distinct = np.flatnonzero(seen)
     index = np.cumsum(seen) - 1  # key -> its position among the distinct keys
     return distinct, index[keys]
-
-
-def apply_plan(plan: ShapingPlan, scores: Any, config: SCPOConfig) -> tuple[np.ndarray, dict[str, float]]:
-    """Run the monotonic matcher on every failed sibling; returns (credit r per row, stats).
-
-    ``scores[i]`` scores ``plan.pairs[i]``. Rows of successful siblings, filtered rows and rows of
-    groups without a reference get r = 0.
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.shape != (len(plan.pairs),):
-        raise ValueError(f"scorer returned {s.shape} scores for {len(plan.pairs)} pairs")
-    if not (np.all(s >= 0.0) and np.all(s <= 1.0)):  # also catches NaN
-        raise ValueError("scorer scores must lie in [0, 1] (normalised scorer output)")
-    check_thresholds(config.theta, config.lam)
-    credit = np.zeros(plan.n_rows)
-    credited = 0
-    tables: dict[int, np.ndarray] = {}  # the reference's prefix table, built once per group
-    for b in plan.blocks:
-        if b.sim_pairs.size == 0:
-            continue  # a sibling with no kept steps, or a reference without any: no credit
-        pi = tables.get(id(b.ref_pairs))
-        if pi is None:
-            pi = tables[id(b.ref_pairs)] = semantic_prefix_table(s[b.ref_pairs], config.theta)
-        r, _ = match(s[b.sim_pairs], pi, config.theta, config.lam, b.order.tolist(), config.monotonic)
-        credit[b.rows] = r
-        credited += int(np.count_nonzero(r))
-    stats = dict(plan.stats)
-    n_failed = plan.stats.get("failed_trajectories", 0.0)
-    stats["credited_steps_per_failed"] = credited / n_failed if n_failed else 0.0
-    stats["mean_aux_reward"] = (
-        float(config.alpha * credit[plan.failed_rows].mean()) if len(plan.failed_rows) else 0.0
-    )
-    return credit, stats
-
-
-@dataclass(frozen=True)
-class ShapingResult:
-    shaped_returns: np.ndarray  # G̃_t = G_t + α r_t per row
-    credit: np.ndarray  # r_t ∈ [0, 1] per row (0 outside failed siblings)
-    stats: dict[str, float]
-
-
-def scpo_shape(step_returns: Any, *, scorer: StepScorer, config: SCPOConfig, **rows: Any) -> ShapingResult:
-    """Plan, score and match in one call: G̃ = G + α r (SPEC §3.8).
-
-    ``rows`` are the keyword arguments of ``plan_shaping`` (``rng`` included). Only the
-    step-level advantage may see G̃; episode scores and success labels stay unshaped (§3.9).
-    """
-    g = to_numpy(step_returns, "step_returns")
-    plan = plan_shaping(config=config, **rows)
-    if len(g) != plan.n_rows:
-        raise ValueError(f"`step_returns` has {len(g)} rows; the batch has {plan.n_rows}")
-    scores = scorer.score(plan.pairs) if plan.pairs else np.zeros(0)
-    credit, stats = apply_plan(plan, scores, config)
-    return ShapingResult(g + config.alpha * credit, credit, stats)

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibrate_minilm import expert_actions, load_env, random_action  # noqa: E402
 
 from scpo_lightning.scorers import CachedScorer, make_scorer  # noqa: E402
-from scpo_lightning.shaper import SCPOConfig, plan_shaping  # noqa: E402
+from scpo_lightning.scpo_config import SCPOConfig  # noqa: E402
+from scpo_lightning.shaper import plan_shaping  # noqa: E402
 
 
 def play_group(env, name: str, split: str, index: int, group: int, n: int, max_steps: int,

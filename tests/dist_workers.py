@@ -41,14 +41,14 @@ def metrics_worker(rank: int, world: int, tmp: str, results) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{Path(tmp) / 'pg'}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
-    from scpo_lightning import distributed
+    from scpo_lightning import metrics
     from scpo_lightning.module import SCPOModule
 
     trajs, valid = episodes(rank)
     batch = SimpleNamespace(trajectories=trajs, is_action_valid=valid, timings={"rollout_s": rank + 1.0},
                             env_failures={"step_timeout": 1.0},
                             scpo_stats={"groups": 2.0, "credited_steps_per_failed": float(rank)})
-    out = distributed.batch_metrics(batch)  # what the logging callback logs for the iteration
+    out = metrics.batch_metrics(batch)  # what the logging callback logs for the iteration
     # The module's validation path, on a stand-in for the module (no model is needed to count).
     from envs.registry import env_spec
 

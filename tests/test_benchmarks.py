@@ -15,7 +15,8 @@ from benchmarks.shaper_cost import naive_shape, ours_shape, rollouts_key
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.returns import step_returns, trajectory_returns
 from scpo_lightning.scorers import LexicalScorer
-from scpo_lightning.shaper import SCPOConfig, plan_shaping
+from scpo_lightning.scpo_config import SCPOConfig
+from scpo_lightning.shaper import plan_shaping
 
 
 #: θ = 0.8 on the synthetic batch's lexical scores: the matcher falls back and re-matches, so the

@@ -27,7 +27,7 @@ def test_vllm_engine_matches_hf_engine_and_follows_weight_changes():
 def test_make_engine_names_the_config_fields():
     with pytest.raises(ValueError, match=r"model\.engine must be one of \('hf', 'vllm'\); got 'sglang'"):
         make_engine("sglang", torch.nn.Linear(2, 2), None)
-    with pytest.raises(ValueError, match=r"model\.engine_options: \['gpu_memory_utilization'\] not accepted by the hf"):
+    with pytest.raises(ValueError, match=r"model\.engine_options: the hf engine takes no option\(s\) \['gpu_memory_utilization'\]"):
         make_engine("hf", torch.nn.Linear(2, 2), None, gpu_memory_utilization=0.5)
 
 

@@ -170,7 +170,8 @@ def test_shaper_takes_failed_steps_in_the_published_order_on_recorded_batches(pu
     # balancer puts them (its function over the trajectory-major layout), for K = 1..8.
     from benchmarks.balanced_order import published_order
     from benchmarks.record_batches import load_batches
-    from scpo_lightning.shaper import SCPOConfig, plan_shaping
+    from scpo_lightning.scpo_config import SCPOConfig
+    from scpo_lightning.shaper import plan_shaping
 
     try:
         batches = load_batches("alfworld")

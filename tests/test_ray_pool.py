@@ -9,7 +9,8 @@ import time
 import pytest
 
 from envs.toy import ACTIONS, CorridorEnv
-from envs.workers import WORKER_DIED, WORKER_TIMEOUT, WORKERS_RESTARTED, EnvPool
+from envs.worker import WORKER_DIED, WORKER_TIMEOUT, WORKERS_RESTARTED
+from envs.workers import EnvPool
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
 from scpo_lightning.rollout import RolloutConfig, collect
 from tests.conftest import require

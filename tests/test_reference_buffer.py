@@ -18,7 +18,9 @@ from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns
 from scpo_lightning.scorers import CachedScorer, LexicalScorer
-from scpo_lightning.shaper import SCPOConfig, plan_shaping, scpo_shape
+from scpo_lightning.credit import scpo_shape
+from scpo_lightning.scpo_config import SCPOConfig
+from scpo_lightning.shaper import plan_shaping
 
 X0 = ("go to fridge 1", "You arrive at fridge 1.")
 X1 = ("open fridge 1", "You open the fridge 1.")

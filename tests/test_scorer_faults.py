@@ -95,7 +95,7 @@ def test_failed_scoring_skips_that_batch_only_with_a_warning_and_counters(caplog
     assert bad.shaped_returns is None  # the module falls back to G_t: plain GiGPO for this batch
     assert bad.scpo_stats == {"shaped": 0.0, "scorer_failures": 1.0, "scorer_failures_total": 1.0}
     assert len(caplog.records) == 1 and reason in caplog.text and "plain GiGPO" in caplog.text
-    assert callback.last is None  # no heatmap drawn from an older batch
+    assert bad.shaping.credit is None and bad.shaping.paths == ()  # nothing to draw a heatmap from
 
     shape(callback, good)  # the next batch is shaped again; the total keeps the earlier failure
     assert good.shaped_returns is not None and good.scpo_credit[2] > 0

@@ -9,7 +9,9 @@ import pytest
 
 from scpo_lightning.scorers import CachedScorer, LexicalScorer
 from scpo_lightning.scpo import monotonic_credit
-from scpo_lightning.shaper import SCPOConfig, apply_plan, plan_shaping
+from scpo_lightning.credit import apply_plan
+from scpo_lightning.scpo_config import SCPOConfig
+from scpo_lightning.shaper import plan_shaping
 
 ACTIONS = ["go to fridge 1", "open fridge 1", "take apple 1 from fridge 1", "go to sinkbasin 1",
            "clean apple 1 with sinkbasin 1", "go to countertop 1", "look"]
@@ -70,7 +72,7 @@ def test_cached_scoring_gives_bit_identical_credit(make_inner):
     for _ in range(6):  # consecutive iterations share the cache
         rows = random_batch(rng)
         plan = plan_shaping(config=config, rng=rng, **rows)
-        got, _ = apply_plan(plan, cached.score(plan.pairs), config)
+        got = apply_plan(plan, cached.score(plan.pairs), config).credit
         want = naive_credit(rows, plan, make_inner(), config)
         assert got.tobytes() == want.tobytes()
         credited += int(np.count_nonzero(got))

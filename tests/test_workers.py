@@ -15,7 +15,8 @@ import pytest
 # rollout loop) stay inside the tests that need them.
 from envs.base import Reset, TextEnv, Transition
 from envs.toy import CorridorEnv
-from envs.workers import ENV_ERROR, WORKER_DIED, WORKER_TIMEOUT, WORKERS_RESTARTED, EnvPool
+from envs.worker import ENV_ERROR, WORKER_DIED, WORKER_TIMEOUT, WORKERS_RESTARTED
+from envs.workers import EnvPool
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams
 
 
@@ -273,7 +274,7 @@ def test_worker_failures_reach_the_logged_metrics_per_iteration_and_in_total():
     module = SimpleNamespace(last_metrics={"train/loss": 0.5}, val_summary=dict)
     callback = RLLogger()
     for failures in ({WORKER_DIED: 2.0, WORKER_TIMEOUT: 1.0, WORKERS_RESTARTED: 2.0}, {}):
-        batch = SimpleNamespace(episode_metrics=lambda: {"success": 0.0, "episode_length": 1.0}, scpo_stats={},
+        batch = SimpleNamespace(trajectories=[{"won": False, "length": 1, "family": "x"}], is_action_valid=[True], scpo_stats={},
                                 timings={}, env_failures=failures, sampling_stats={})
         callback.on_train_batch_end(trainer, module, None, batch, 0)
         trainer.current_epoch += 1

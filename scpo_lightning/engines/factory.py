@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from scpo_lightning.config_checks import check_keywords
 from scpo_lightning.engines.base import RolloutEngine
 
 ENGINES = ("hf", "vllm")
@@ -40,8 +40,6 @@ def make_engine(
 
 def check_engine_options(name: str, options: dict[str, Any]) -> None:
     """An unknown option names the accepted ones (at start-up too: ``config_checks.check_module``)."""
-    own = ("self", "model", "policy", "tokenizer")  # given by the module, not by the config
-    accepted = [p for p in inspect.signature(_engine_class(name).__init__).parameters if p not in own]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"model.engine_options: {unknown} not accepted by the {name} engine; accepted: {accepted}")
+    # the policy and tokenizer are given by the module, not by the config
+    check_keywords("model.engine_options", f"the {name} engine", _engine_class(name), options,
+                   given=("model", "policy", "tokenizer"))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
+from scpo_lightning.config_checks import check_keywords
 from scpo_lightning.scorers.base import StepScorer
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
@@ -43,13 +43,10 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
     if name == "minilm" and isinstance(options.get("mapping"), dict):
         from scpo_lightning.scorers.minilm import CosineMap
 
-        options["mapping"] = CosineMap(**options["mapping"])
+        options["mapping"] = CosineMap(**{"theta": options.get("theta", 0.6), **options["mapping"]})
     return cls(**options)
 
 
-def check_scorer_options(name: str, options: dict[str, Any]) -> None:
+def check_scorer_options(name: str, options: dict[str, Any], field: str = "scorer_options") -> None:
     """An unknown option names the accepted ones (at start-up too: ``callbacks.scpo.check_scorer``)."""
-    accepted = [p for p in inspect.signature(_scorer_class(name)).parameters if p != "self"]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"scorer={name!r} does not take option(s) {unknown}; it accepts {accepted or 'none'}")
+    check_keywords(field, f"scorer={name!r}", _scorer_class(name), options)

@@ -9,6 +9,8 @@ that SCPO's θ keeps its BGE meaning; the knots come from `scripts/calibrate_min
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ class CosineMap:
     """Monotone piecewise-linear map cosine -> score: (``zero`` -> 0), (``at_theta`` -> ``theta``),
     (1 -> 1); cosines below ``zero`` score 0.
 
-    ``at_theta`` is where a pair becomes a match at SCPO's default θ = 0.6; above it the score,
+    ``at_theta`` is where a pair becomes a match at SCPO's θ (``theta``, the run's); above it the score,
     and so the credit (M - λ) / (1 - λ), rises linearly to 1 at identical texts. ``zero`` is the
     median cosine of unrelated steps of the same task (BGE scores those ~0). λ needs no knot of
     its own: with λ < θ it only sets the credit slope above θ. The shipped presets
@@ -79,8 +81,11 @@ class MiniLMScorer:
         batch_size: Texts per forward pass.
         max_length: Token limit per text (the model was trained with 256; longer is cut).
         calibration: Which preset of `calibrations()` maps cosine to score: the env being
-            trained ("alfworld" or "webshop").
+            trained ("alfworld" or "webshop"); SCPOCallback picks ``data.env``'s unless set.
         mapping: A custom cosine -> score map; overrides ``calibration``.
+        theta: SCPO's θ: the calibration's match knot ``at_theta`` maps to it, so a pair the
+            calibration calls a match is one at the run's θ. SCPOCallback passes its own
+            ``theta``; a ``mapping`` with another θ is refused.
         field: Config field name quoted in error messages.
     """
 
@@ -93,6 +98,7 @@ class MiniLMScorer:
         max_length: int = 256,
         calibration: str = "alfworld",
         mapping: CosineMap | None = None,
+        theta: float = 0.6,
         field: str = "scorer_options.model_dir",
     ) -> None:
         presets = calibrations()
@@ -101,6 +107,9 @@ class MiniLMScorer:
                 f"scorer_options.calibration={calibration!r}: choose one of {sorted(presets)} "
                 "(the env being trained) or pass a custom mapping"
             )
+        if mapping is not None and mapping.theta != theta:
+            raise ValueError(f"scorer_options.mapping.theta={mapping.theta} contradicts SCPO's theta={theta}: "
+                             "leave mapping.theta out (it follows SCPOCallback.theta)")
         path = bundled_model_dir() if model_dir is None else Path(model_dir).expanduser()
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
@@ -122,7 +131,7 @@ class MiniLMScorer:
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
-        self.mapping = mapping or presets[calibration]
+        self.mapping = mapping or dataclasses.replace(presets[calibration], theta=theta)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised mean-pooled embeddings, one row per text (float32)."""
