@@ -140,7 +140,6 @@ def main(argv: list[str] | None = None) -> None:
     module.configure_model()
     dm.setup("fit")
     setup_s = time.perf_counter() - t0
-    from scpo_lightning.engines.base import SamplingParams
     from scpo_lightning.rollout import collect
 
     folder = args.out_dir / args.env
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             if sum(b["mixed_groups"] > 0 for b in batches) >= args.target or time.monotonic() - began > 60 * args.max_minutes:
                 break
             tasks = dm._sample_tasks()  # the DataModule's own sampler: the tasks an iteration would draw
-            params = SamplingParams(module.hparams.temperature, dm.top_p, dm.max_new_tokens, seed=dm.seed + attempt)
+            params = module.rollout_policy().sampling.params(validation=False, seed=dm.seed + attempt)
             with module.generation_context():
                 batch = collect(dm.pool, module.engine, module.tokenizer, tasks, dm.group_size, params,
                                 dm.rollout, progress=False)

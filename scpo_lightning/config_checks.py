@@ -117,15 +117,16 @@ def check_module(values: Mapping[str, Any]) -> None:
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.precision import BF16_GRID
 
-    def names_estimator(name: Any) -> bool:
+    def names_estimator(name: Any) -> bool:  # a mapping is checked when it is built (estimators.build_estimator)
         try:
-            return isinstance(name, str) and estimator_class(name) is not None
+            return isinstance(name, Mapping) or (isinstance(name, str) and estimator_class(name) is not None)
         except ValueError:
             return False
 
     check("model", SCPOModule, values, {
         "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"),
-        "estimator": Rule(names_estimator, f"one of {tuple(ESTIMATORS)} or the import path of an Estimator subclass"),
+        "estimator": Rule(names_estimator, f"one of {tuple(ESTIMATORS)}, the import path of an Estimator subclass or "
+                          "{class_path: ..., init_args: ...}"),
         "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
         "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
         "grad_clip": number(0, low_open=True),  # inf: no clipping
@@ -133,6 +134,8 @@ def check_module(values: Mapping[str, Any]) -> None:
         "dual_clip": number(1, low_open=True),  # inf: no dual clip
         "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
         "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
+        "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
+        "val_temperature": number(0, finite=True),  # 0: greedy
         "generation_batch_size": count(1), "generation_autocast": optional(one_of("bfloat16", "float16")),
         "val_generation_autocast": optional(one_of("bfloat16", "float16")),
         "engine": one_of(*ENGINES), "engine_options": MAPPING, "gradient_checkpointing": FLAG,
@@ -163,9 +166,7 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
         "train_tasks": optional(count(1)),
         "val_split": Rule(lambda v: TEXT.ok(v) or (TEXTS.ok(v) and len(v) > 0), "a split name or a non-empty list of them"),
         "val_start_index": count(0), "groups_per_batch": count(1), "group_size": count(2),
-        "val_episodes": count(0), "val_batch_episodes": count(1),
-        "val_temperature": number(0, finite=True),  # 0: greedy
-        "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1), "rollout": instance(RolloutConfig),
+        "val_episodes": count(0), "val_batch_episodes": count(1), "rollout": instance(RolloutConfig),
         "workers": count(0), "worker_backend": one_of("process", "ray"), "ray_address": optional(TEXT),
         "step_timeout_s": positive(), "reset_timeout_s": positive(), "seed": count(0), "progress": FLAG,
         "dynamic_sampling": instance(DynamicSampling),

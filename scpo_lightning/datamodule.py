@@ -32,7 +32,6 @@ from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
-from scpo_lightning.engines.base import SamplingParams
 from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
 
 
@@ -72,9 +71,6 @@ class RolloutDataModule(L.LightningDataModule):
         group_size: Rollouts per task, n (8 in the paper recipes); must be >= 2.
         val_episodes: Validation episodes per validation run over all ranks (128 in the paper; WebShop 256).
         val_batch_episodes: Validation episodes collected per validation batch (per rank).
-        val_temperature: Sampling temperature of validation rollouts.
-        top_p: Nucleus sampling top-p of training rollouts.
-        max_new_tokens: Longest response in tokens.
         rollout: The rollout loop settings (prompting, projection, returns).
         workers: Env worker processes per rank (0 = step all envs in this process, for debugging).
         worker_backend: Where the env workers run: process (local processes) or ray (Ray actors, also on other nodes of a Ray cluster; needs the ray extra).
@@ -98,9 +94,6 @@ class RolloutDataModule(L.LightningDataModule):
         group_size: int = 8,
         val_episodes: int = 128,
         val_batch_episodes: int = 32,
-        val_temperature: float = 0.4,
-        top_p: float = 1.0,
-        max_new_tokens: int = 512,
         rollout: RolloutConfig | None = None,
         workers: int = 2,
         worker_backend: str = "process",
@@ -135,7 +128,6 @@ class RolloutDataModule(L.LightningDataModule):
         self.val_splits = [val_split] if isinstance(val_split, str) else list(val_split)
         self._val_sizes: list[int] | None = None
         self.val_episodes, self.val_batch_episodes = val_episodes, val_batch_episodes
-        self.val_temperature, self.top_p, self.max_new_tokens = val_temperature, top_p, max_new_tokens
         self.workers, self.seed, self.progress = workers, seed, progress
         self.dynamic_sampling = dynamic_sampling
         self.worker_backend, self.ray_address = worker_backend, ray_address
@@ -226,7 +218,7 @@ class RolloutDataModule(L.LightningDataModule):
             self.iteration += 1
             yield batch
             return
-        params = SamplingParams(self.val_temperature, self.top_p, self.max_new_tokens, seed=seed)
+        params = policy.sampling.params(validation=True, seed=seed)
         tasks = self.val_tasks()
         # Entering the generation context is collective, so every rank enters it equally often:
         # its block is cut into as many batches as the largest block needs (an empty one, only at
@@ -245,8 +237,8 @@ class RolloutDataModule(L.LightningDataModule):
         context; a rank that needs no more groups collects nothing). Retry k of an iteration
         samples with a seed of its own."""
         base = seed + self.iteration
-        params = SamplingParams(policy.temperature, self.top_p, self.max_new_tokens,
-                                seed=base if retry == 0 else int(np.random.SeedSequence([base, retry]).generate_state(1)[0]))
+        params = policy.sampling.params(validation=False, seed=base if retry == 0 else
+                                        int(np.random.SeedSequence([base, retry]).generate_state(1)[0]))
         tasks = self._sample_tasks()
         label = f"rollout it {self.iteration}" + (f" top-up {retry}" if retry else "")
         with policy.context(False):

@@ -4,18 +4,22 @@ An estimator maps one iteration's rows to one advantage per row. It declares whe
 step credit SCPO writes (``batch.shaped_returns``, G̃): SCPO refuses at start-up one that does not,
 since it would score every pair and train on nothing of it. Pure: numpy only, no Lightning.
 
-``model.estimator`` is ``gigpo``, ``grpo``, ``rloo``, or the import path of an ``Estimator``
-subclass (``package.module.Class``) for one of your own.
+``model.estimator`` is ``gigpo``, ``grpo``, ``rloo``, the import path of an ``Estimator``
+subclass (``package.module.Class``) for one of your own, or, as LightningCLI writes components,
+``{class_path: scpo_lightning.estimators.GiGPO, init_args: {...}}``. The setting stays plain
+data (a name or a mapping), so checkpoints hold no objects (weights-only loading).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
+from scpo_lightning.config_checks import check_keywords
 from scpo_lightning.gigpo import gigpo_advantage, grpo_advantage, rloo_advantage
 
 
@@ -77,6 +81,20 @@ def estimator_class(name: str) -> type[Estimator]:
     if not (isinstance(cls, type) and issubclass(cls, Estimator)):
         raise ValueError(f"model.estimator={name!r} names no estimator; {fix}")
     return cls
+
+
+def build_estimator(spec: str | Mapping[str, Any]) -> Estimator:
+    """The estimator ``model.estimator`` describes: a name or import path, or a mapping with
+    ``class_path`` and optional ``init_args`` (the class's keyword arguments)."""
+    if isinstance(spec, str):
+        return estimator_class(spec)()
+    if not isinstance(spec, Mapping) or "class_path" not in spec or set(spec) - {"class_path", "init_args"}:
+        raise ValueError(f"model.estimator={spec!r}: give a name ({', '.join(ESTIMATORS)}), an import path, or "
+                         "{class_path: package.module.Class, init_args: {...}}")
+    cls = estimator_class(str(spec["class_path"]))
+    init_args = dict(spec.get("init_args") or {})
+    check_keywords("model.estimator.init_args", cls.__name__, cls, init_args)
+    return cls(**init_args)
 
 
 def check_reads_step_credit(estimator: Estimator) -> None:

@@ -23,14 +23,14 @@ import torchmetrics
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_module
 from scpo_lightning.engines.factory import make_engine
-from scpo_lightning.estimators import estimator_class
+from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
 from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.ppo_epoch import run_epoch
 from scpo_lightning.precision import prepare_weights
-from scpo_lightning.rollout import RolloutPolicy
+from scpo_lightning.rollout import RolloutPolicy, SamplingSettings
 from scpo_lightning.sharding import gathered, is_sharded, shard
 
 # The frozen reference model is in eval mode on purpose; Lightning warns about any such module.
@@ -45,7 +45,7 @@ class SCPOModule(L.LightningModule):
     Args:
         policy: HF causal-LM directory or hub-style path, or "smollm2-gguf" for the offline SmolLM2-135M-Instruct.
         torch_dtype: Parameter dtype of the policy: float32, bfloat16 or float16.
-        estimator: Advantage estimator: gigpo (SPEC §2), grpo, rloo, or the import path (package.module.Class) of an Estimator subclass of your own (scpo_lightning/estimators.py).
+        estimator: Advantage estimator, a component: gigpo (SPEC §2), grpo, rloo, the import path (package.module.Class) of an Estimator subclass of your own, or {class_path: package.module.Class, init_args: {...}} (scpo_lightning/estimators.py).
         norm_mode: Group normalisation: mean_std_norm (ALFWorld recipe) or mean_norm (WebShop recipe).
         omega: Weight ω of the step-level advantage in A = A_E + ω A_S (grpo/rloo: of the SCPO credit term).
         lr: AdamW learning rate (constant).
@@ -59,7 +59,10 @@ class SCPOModule(L.LightningModule):
         kl_clamp: Clamp of the per-token k3 estimate.
         mini_batch_rows: Rows per PPO mini-batch (one optimizer step each): ALFWorld 256, WebShop 64.
         micro_batch_rows: Rows per forward/backward pass (gradient accumulation inside a mini-batch).
-        temperature: Rollout temperature; logits are divided by it when log-probs are recomputed.
+        temperature: Rollout temperature of training rollouts; logits are divided by it when log-probs are recomputed.
+        top_p: Nucleus sampling top-p of every rollout (training and validation); 1 = the full distribution.
+        max_new_tokens: Longest response in tokens.
+        val_temperature: Sampling temperature of validation rollouts (0: greedy).
         generation_batch_size: Prompts per generate call of the HF engine.
         generation_autocast: Run generation under torch.autocast with this dtype (e.g. bfloat16: ~3.5x faster prompt processing on CPUs with AMX/AVX512-BF16); null = the weights' dtype.
         val_generation_autocast: The same for validation rollouts only (HF engine), which never enter a loss: bfloat16 makes held-out evaluation ~2.5x faster on CPU, faithful where updates are far larger than bf16 rounding (LoRA at lr 1e-4, not full fine-tuning at 1e-6: docs/numerics.md); null = as generation_autocast.
@@ -79,7 +82,7 @@ class SCPOModule(L.LightningModule):
         self,
         policy: str = "smollm2-gguf",
         torch_dtype: str = "float32",
-        estimator: str = "gigpo",
+        estimator: str | dict[str, Any] = "gigpo",
         norm_mode: str = "mean_std_norm",
         omega: float = 1.0,
         lr: float = 1e-6,
@@ -94,6 +97,9 @@ class SCPOModule(L.LightningModule):
         mini_batch_rows: int = 256,
         micro_batch_rows: int = 8,
         temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 512,
+        val_temperature: float = 0.4,
         generation_batch_size: int = 64,
         generation_autocast: str | None = None,
         val_generation_autocast: str | None = None,
@@ -115,7 +121,7 @@ class SCPOModule(L.LightningModule):
         except (FileNotFoundError, ImportError) as exc:
             raise type(exc)(f"model.policy: {exc}") from None
         self.save_hyperparameters()
-        self.estimator = estimator_class(estimator)()
+        self.estimator = build_estimator(estimator)
         self.automatic_optimization = False
         self.policy: torch.nn.Module | None = None
         # The frozen reference is the initial policy, not training state: it is held outside the
@@ -181,10 +187,10 @@ class SCPOModule(L.LightningModule):
         # vLLM reports π itself only where it samples from π (engines/vllm.py): say so before any rollout.
         data = getattr(self.trainer, "datamodule", None)
         needs_pi = self.hparams.old_logprobs == "rollout" or self.correction.mode != "none"
-        if needs_pi and self.hparams.engine == "vllm" and data is not None and \
-                (data.rollout.action_mode == "constrained" or data.top_p < 1.0):
+        if needs_pi and self.hparams.engine == "vllm" and \
+                (self.hparams.top_p < 1.0 or (data is not None and data.rollout.action_mode == "constrained")):
             raise ValueError("model.old_logprobs: rollout / model.rollout_correction need the policy's own log-probs, "
-                             "which the vllm engine reports only in free mode with data.top_p 1; use "
+                             "which the vllm engine reports only in free mode with model.top_p 1; use "
                              "old_logprobs: recompute and rollout_correction mode: none, or model.engine: hf")
 
     @contextlib.contextmanager
@@ -198,7 +204,9 @@ class SCPOModule(L.LightningModule):
 
     def rollout_policy(self) -> RolloutPolicy:
         """The handle the DataModule collects with (after configure_model)."""
-        return RolloutPolicy(self.engine, self.tokenizer, self.generation_context, self.hparams.temperature, self.device)
+        hp = self.hparams
+        return RolloutPolicy(self.engine, self.tokenizer, self.generation_context, self.device,
+                             SamplingSettings(hp.temperature, hp.top_p, hp.max_new_tokens, hp.val_temperature))
 
     def prompt_tokenizer(self) -> Any:
         """The policy's tokenizer without its weights: the DataModule's first-prompt check runs before they load."""

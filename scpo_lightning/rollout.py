@@ -74,15 +74,32 @@ class RolloutPolicy:
         tokenizer: The policy's tokenizer (chat template, prompt tokens).
         context: ``context(validation)`` is entered around every collection; collective (sharded
             weights are gathered), so every rank enters it equally often.
-        temperature: Sampling temperature of training rollouts (model.temperature).
         device: Where the DataModule's cross-rank counts are reduced.
+        sampling: How responses are sampled (the module's settings).
     """
 
     engine: RolloutEngine
     tokenizer: Any
     context: Callable[[bool], AbstractContextManager]
-    temperature: float
     device: Any
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The sampling settings, one source: ``model.temperature``, ``model.top_p``,
+    ``model.max_new_tokens``, ``model.val_temperature`` (the module recomputes log-probs at the
+    training temperature, so it owns them all)."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    val_temperature: float
+
+    def params(self, validation: bool, seed: int | None) -> SamplingParams:
+        """The engine's parameters for a training or a validation collection."""
+        temperature = self.val_temperature if validation else self.temperature
+        return SamplingParams(temperature, self.top_p, self.max_new_tokens, seed=seed)
 
 
 @dataclass(frozen=True)

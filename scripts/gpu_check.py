@@ -173,12 +173,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # would show in the mismatch; the paper's 1e-6 on a GPU policy.
     module = SCPOModule(policy=str(policy), lr=1e-3 if args.cpu else 1e-6, mini_batch_rows=32, micro_batch_rows=8,
                         engine="vllm", engine_options=engine_options, gradient_checkpointing=True,
-                        reference_offload=not args.cpu)
+                        reference_offload=not args.cpu, max_new_tokens=16)
     groups = (2 if args.cpu else 16) * args.devices
     meter = PhaseMeter(device)
     data = metered_rollouts(meter)(env="corridor", env_options={"rooms": 3, "max_steps": 4}, groups_per_batch=groups,
                              group_size=4 if args.cpu else 8, workers=0, val_episodes=2, val_batch_episodes=2,
-                             max_new_tokens=16, progress=False,
+                             progress=False,
                              rollout=RolloutConfig(env="alfworld", max_steps=4, action_mode="constrained",
                                                    max_prompt_tokens=1900))
     scpo = SCPOCallback(scorer="bge", order="chronological", scorer_options={

@@ -26,10 +26,10 @@ def tiny_model(tmp_path_factory) -> str:
 
 def make(tiny_model: str, **module_kw):
     module = SCPOModule(policy=tiny_model, lr=1e-3, mini_batch_rows=12, micro_batch_rows=6,
-                        generation_batch_size=16, **module_kw)
+                        generation_batch_size=16, max_new_tokens=12, **module_kw)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 4}, groups_per_batch=3, group_size=4, workers=0,
-        val_episodes=4, val_batch_episodes=4, max_new_tokens=12, progress=False,
+        val_episodes=4, val_batch_episodes=4, progress=False,
         rollout=RolloutConfig(env="alfworld", max_steps=4, action_mode="constrained", max_prompt_tokens=4096),
     )
     return module, data

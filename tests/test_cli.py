@@ -104,8 +104,8 @@ def test_first_prompt_over_the_limit_fails_before_the_model_loads(tmp_path):
 
 
 # --------------------------------------------------------------------- errors: one message, no traceback
-BAD_NUMBERS = [("--model.lr", "-1", "model.lr"), ("--data.top_p", "1.5", "data.top_p"),
-               ("--data.max_new_tokens", "0", "data.max_new_tokens"), ("--data.step_timeout_s", "0", "data.step_timeout_s")]
+BAD_NUMBERS = [("--model.lr", "-1", "model.lr"), ("--model.top_p", "1.5", "model.top_p"),
+               ("--model.max_new_tokens", "0", "model.max_new_tokens"), ("--data.step_timeout_s", "0", "data.step_timeout_s")]
 
 
 @pytest.mark.parametrize("flag, value, field", BAD_NUMBERS, ids=[b[0] for b in BAD_NUMBERS])
@@ -171,7 +171,7 @@ def test_weights_only_false_is_refused_since_lightning_would_ignore_it(tmp_path,
 
 
 def _ours() -> None:
-    raise ValueError("data.top_p must be a number in (0, 1]; got 1.5")
+    raise ValueError("model.top_p must be a number in (0, 1]; got 1.5")
 
 
 def _libraries() -> None:
@@ -182,7 +182,7 @@ def test_config_errors_print_their_message_and_exit_1(capsys, monkeypatch):
     """(Through jsonargparse, which wraps a callback's error: tests/test_config_validation.py.)"""
     monkeypatch.delenv("SCPO_DEBUG", raising=False)
     assert run_reporting_errors(_ours) == 1
-    assert capsys.readouterr().err == "error: data.top_p must be a number in (0, 1]; got 1.5\n(the full traceback: SCPO_DEBUG=1)\n"
+    assert capsys.readouterr().err == "error: model.top_p must be a number in (0, 1]; got 1.5\n(the full traceback: SCPO_DEBUG=1)\n"
 
 
 def test_other_errors_and_debug_mode_keep_the_traceback(monkeypatch):
@@ -190,5 +190,5 @@ def test_other_errors_and_debug_mode_keep_the_traceback(monkeypatch):
     with pytest.raises(json.JSONDecodeError):
         run_reporting_errors(_libraries)
     monkeypatch.setenv("SCPO_DEBUG", "1")
-    with pytest.raises(ValueError, match="data.top_p"):
+    with pytest.raises(ValueError, match="model.top_p"):
         run_reporting_errors(_ours)

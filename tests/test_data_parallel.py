@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 
 import scpo_lightning.datamodule as datamodule_module
 from scpo_lightning.datamodule import RolloutDataModule
-from scpo_lightning.rollout import RolloutConfig, RolloutPolicy
+from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, SamplingSettings
 from tests import dist_workers
 
 
@@ -33,7 +33,7 @@ class FakeModule:
         yield
 
     def rollout_policy(self) -> RolloutPolicy:
-        return RolloutPolicy(None, None, self.generation_context, 1.0, "cpu")
+        return RolloutPolicy(None, None, self.generation_context, "cpu", SamplingSettings(1.0, 1.0, 512, 0.4))
 
 
 def as_rank(rank: int, world: int, monkeypatch, **kw) -> tuple[RolloutDataModule, FakeModule, list]:

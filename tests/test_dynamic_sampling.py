@@ -97,11 +97,11 @@ def test_bad_dynamic_sampling_settings_are_named(kw, says):
 def fit(tmp_path, dynamic_sampling: DynamicSampling, scpo: bool = True) -> list[dict[str, str]]:
     """Two iterations of the tiny model on the corridor (with SCPO's buffer); the logged rows."""
     torch.manual_seed(0)
-    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
+    module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
                         mini_batch_rows=16, micro_batch_rows=8, generation_batch_size=16)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=3, workers=0,
-        val_episodes=0, max_new_tokens=12, progress=False, dynamic_sampling=dynamic_sampling,
+        val_episodes=0, progress=False, dynamic_sampling=dynamic_sampling,
         rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained", max_prompt_tokens=4096))
     callbacks = [SCPOCallback(scorer="lexical", reference_source="both")] if scpo else []
     trainer = L.Trainer(max_epochs=2, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,

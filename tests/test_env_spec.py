@@ -53,9 +53,9 @@ def test_a_registered_env_trains_and_validates_end_to_end(beacon, tmp_path):
                           rollout=RolloutConfig(env="beacon"))
 
     module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), kl_coef=0.0, mini_batch_rows=8,
-                        micro_batch_rows=8, generation_batch_size=16)
+                        micro_batch_rows=8, generation_batch_size=16, max_new_tokens=48)
     data = RolloutDataModule(env="beacon", val_split="valid", groups_per_batch=2, group_size=2, workers=0,
-                             val_episodes=4, val_batch_episodes=4, max_new_tokens=48, progress=False,
+                             val_episodes=4, val_batch_episodes=4, progress=False,
                              rollout=RolloutConfig(env="beacon", max_steps=2, action_mode="constrained",
                                                    max_prompt_tokens=4096))
     assert data.env_factory().max_steps == 2  # the horizon reaches the env from data.rollout.max_steps

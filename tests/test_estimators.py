@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scpo_lightning.estimators import GRPO, Estimator, estimator_class
+from scpo_lightning.estimators import GRPO, Estimator, GiGPO, build_estimator, estimator_class
 
 
 class EpisodeOnly(Estimator):
@@ -27,12 +27,33 @@ def test_names_and_import_paths_choose_the_estimator():
             estimator_class(bad)
 
 
+class Scaled(GiGPO):
+    """GiGPO times a constant: an estimator with a setting of its own (init_args)."""
+
+    def __init__(self, scale: float = 1.0):
+        self.scale = scale
+
+    def __call__(self, rows, mode, omega):
+        return self.scale * super().__call__(rows, mode, omega)
+
+
+def test_class_path_and_init_args_build_the_estimator_as_lightningcli_writes_components():
+    assert type(build_estimator({"class_path": "scpo_lightning.estimators.GRPO"})) is GRPO
+    scaled = build_estimator({"class_path": "tests.test_estimators.Scaled", "init_args": {"scale": 2.0}})
+    assert isinstance(scaled, Scaled) and scaled.scale == 2.0
+    with pytest.raises(ValueError, match=r"model\.estimator\.init_args: Scaled takes no option\(s\) \['size'\]"):
+        build_estimator({"class_path": "tests.test_estimators.Scaled", "init_args": {"size": 2}})
+    with pytest.raises(ValueError, match=r"model\.estimator=\{'class': 'GRPO'\}: give a name"):
+        build_estimator({"class": "GRPO"})
+
+
 def test_a_module_with_an_unknown_estimator_fails_naming_the_field(tmp_path):
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.testing import build_tiny_llama
 
-    with pytest.raises(ValueError, match=r"model\.estimator must be one of \('gigpo', 'grpo', 'rloo'\) or the import "
-                                         r"path of an Estimator subclass; got 'numpy.ndarray'"):
+    with pytest.raises(ValueError, match=r"model\.estimator must be one of \('gigpo', 'grpo', 'rloo'\), the import "
+                                         r"path of an Estimator subclass or \{class_path: ..., init_args: ...\}; "
+                                         r"got 'numpy.ndarray'"):
         SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), estimator="numpy.ndarray")
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.learning import main, newcombe, table, wilson
+from benchmarks.learning import main
+from benchmarks.learning_report import newcombe, table, wilson
 from tests.conftest import require
 
 

@@ -36,11 +36,11 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
     torch.manual_seed(0)
     # 3 mini-batches of near-equal size cut into micro-batches of 3: a grouping that contiguous
     # 3-row chunks over the whole batch would not reproduce.
-    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny", bf16_ties=0.1, init_std=0.4)), lr=1e-6, kl_coef=0.01,
+    module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny", bf16_ties=0.1, init_std=0.4)), lr=1e-6, kl_coef=0.01,
                         mini_batch_rows=5, micro_batch_rows=3, generation_batch_size=8, generation_autocast=generation)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
-        val_episodes=0, max_new_tokens=12, progress=False,
+        val_episodes=0, progress=False,
         rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained", max_prompt_tokens=4096))
     trainer = L.Trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,
                         precision=precision, logger=False, enable_progress_bar=False, enable_checkpointing=False)
@@ -73,11 +73,11 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
 
 
 def _fit_one_iteration(tmp_path, **module_kw) -> SCPOModule:
-    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny", init_std=0.4)), lr=1e-6, mini_batch_rows=5,
+    module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny", init_std=0.4)), lr=1e-6, mini_batch_rows=5,
                         micro_batch_rows=3, generation_batch_size=8, **module_kw)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
-        val_episodes=0, max_new_tokens=12, progress=False,
+        val_episodes=0, progress=False,
         rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="free", max_prompt_tokens=4096))
     trainer = L.Trainer(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,
                         logger=False, enable_progress_bar=False, enable_checkpointing=False)

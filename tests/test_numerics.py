@@ -61,11 +61,11 @@ def test_nonfinite_loss_and_gradient_skip_their_steps_and_training_continues(tmp
 
     monkeypatch.setattr(ppo_epoch, "policy_loss", faulty_loss)
     torch.manual_seed(0)
-    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
+    module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
                         mini_batch_rows=1, micro_batch_rows=1, generation_batch_size=8)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
-        val_episodes=0, max_new_tokens=12, progress=False,
+        val_episodes=0, progress=False,
         rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained", max_prompt_tokens=4096))
     watch = Watch()
     trainer = L.Trainer(max_epochs=2, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,

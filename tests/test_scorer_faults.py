@@ -175,11 +175,11 @@ def test_training_continues_as_gigpo_and_the_failure_is_logged(tmp_path):
     torch.manual_seed(0)
     callback = SCPOCallback(scorer="lexical")
     callback.scorer = FailFirstBatch(LexicalScorer())
-    module = SCPOModule(policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
+    module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny")), lr=1e-3, kl_coef=0.0,
                         mini_batch_rows=16, micro_batch_rows=8, generation_batch_size=16)
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=3, group_size=4, workers=0,
-        val_episodes=0, max_new_tokens=12, progress=False,
+        val_episodes=0, progress=False,
         rollout=RolloutConfig(env="alfworld", max_steps=3, action_mode="constrained", max_prompt_tokens=4096))
     trainer = L.Trainer(max_epochs=2, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu", devices=1,
                         logger=CSVLogger(tmp_path / "logs", name="", version=""), enable_progress_bar=False,

