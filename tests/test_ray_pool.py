@@ -52,6 +52,16 @@ class HangingCorridor(CorridorEnv):
         return super().step(action)
 
 
+def kill_and_wait(ray, actor):
+    """``ray.kill`` only asks for the kill: a call submitted right after it can still be answered.
+    Wait until the actor refuses a call, so the pool's next step meets a dead actor every time."""
+    from ray.exceptions import RayActorError
+
+    ray.kill(actor, no_restart=True)
+    with pytest.raises(RayActorError):
+        ray.get(actor.pid.remote(), timeout=30)
+
+
 def rollout(pool, engine=None):
     return collect(pool, engine or Seeded(), FakeTokenizer(), TASKS, 2, SamplingParams(), CFG, progress=False)
 
@@ -89,7 +99,7 @@ def test_killed_actor_ends_its_episodes_and_is_replaced(ray):
     always_look = RolloutConfig(env="alfworld", max_steps=4, action_mode="constrained", exclude_actions=("go",))
     with RayEnvPool(CorridorEnv, num_envs=6, num_workers=2, timeout_s=30.0) as pool:
         victim = pool.workers[1]
-        engine = Seeded({2: lambda: ray.kill(victim.actor)})  # dies before the pool steps step 2
+        engine = Seeded({2: lambda: kill_and_wait(ray, victim.actor)})  # dead before the pool steps step 2
         batch = collect(pool, engine, FakeTokenizer(), TASKS, 2, SamplingParams(), always_look, progress=False)
         # slot s lives on actor s % 2: the odd slots were on the killed one
         assert [t["end"] for t in batch.trajectories] == ["max_steps", WORKER_DIED] * 3
