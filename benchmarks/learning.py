@@ -8,7 +8,7 @@ grpo``), GiGPO (``gigpo``) and SCPO (GiGPO plus the SCPO callback's step credit)
 (docs/buffer_and_dynamic_sampling.md), ``scpo_buffer`` (SCPO with ``reference_source: both``),
 and dynamic sampling on GiGPO or on SCPO with the buffer (``gigpo_dynamic``, ``scpo_buffer_dynamic``).
 
-    python -m benchmarks.learning            # 4 iterations per method: ~30 min for the first, ~22 for each other, 2 cores
+    python -m benchmarks.learning            # 12 iterations per method: ~30 min for the first, ~22 for each other, 2 cores
     python -m benchmarks.learning --methods gigpo scpo scpo_buffer scpo_buffer_dynamic
     python -m benchmarks.learning --smoke    # a tiny random model on the corridor world: seconds
 
