@@ -12,15 +12,15 @@ for each way of computing:
   16``, the frozen weights as loaded): only the adapters take the step.
 
 it takes ONE AdamW step (the quickstart's loss: PPO clip, entropy, k3 KL) at lr 1e-6 and at lr
-1e-7, with random ±1-sized advantages and with zero advantages (the entropy term alone), and reports, against the weights before the step, the mean
+1e-7 (``--lrs``), with random ±1-sized advantages and with zero advantages (the entropy term alone), and reports, against the weights before the step, the mean
 k3 KL per response token and the mean |Δ log-prob|: an update should move them by what the
-learning rate says (both shrink ≥ 10x with a 10x smaller step when the noise floor is gone). It
+learning rate says (with the noise floor gone a 10x smaller step gives ~10x less change, ~100x less KL). It
 also reports what depends on batching alone (the same rows, micro-batches of 8 vs 5), how far
 bf16 sampling is from fp32 training on the same weights, seconds per row of the update's
 forward+backward and of a no-grad forward (the log-prob passes; prefill-like), and how much of a
 LoRA adapter's contribution a bf16 forward shows, by its size (``lora_visibility``).
 
-    python -m benchmarks.numerics [--rows 32] [--threads 2]
+    python -m benchmarks.numerics [--rows 32] [--threads 2] [--variants fp32_lora16 --lrs 1e-6 1e-7 1e-8]
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ def compare(a: list[torch.Tensor], b: list[torch.Tensor]) -> dict[str, float]:
     """Mean k3 KL (samples: the rows' tokens, b as the reference), mean and max |Δ log-prob|."""
     x, y = torch.cat(a), torch.cat(b)
     d = (x - y).abs()
-    return {"k3_kl": float(k3_kl(x, y, clamp=1e9).mean()), "mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max())}
+    # k3 in float64: exp(x) - x - 1 in float32 cancels to noise of ~1e-8 per token (even < 0), which
+    # is the size of the KL of a 1e-7 step; the log-probs themselves stay as the model computed them.
+    return {"k3_kl": float(k3_kl(x.double(), y.double(), clamp=1e9).mean()), "mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max())}
 
 
 def one_step(model, rows, adv, lr: float, micro: int, dtype, pad_id: int, old, ref) -> float:
@@ -92,6 +94,23 @@ def one_step(model, rows, adv, lr: float, micro: int, dtype, pad_id: int, old, r
     opt.step()
     model.eval()
     return time.perf_counter() - start
+
+
+def decade_ratios(entry: dict, kind: str, lrs: list[float]) -> dict[str, dict[str, float]]:
+    """For each pair of learning rates 10x apart: how many times smaller the mean |Δ log p| and the
+    KL are at the smaller one. A step that moves log-probs linearly gives 10 and 100; rounding noise
+    (a floor) gives less, and less again at each smaller rate; curvature of the log-prob in the
+    step gives a ratio off 10 by an amount that shrinks 10x with each decade."""
+    out = {}
+    for lr in lrs:
+        small = lr / 10
+        match = [x for x in lrs if x > 0 and abs(x - small) <= 1e-6 * small]
+        if lr > 0 and match:
+            big, low = entry[f"{kind}_advantages_lr_{lr:g}"], entry[f"{kind}_advantages_lr_{match[0]:g}"]
+            out[f"{lr:g}/{match[0]:g}"] = {
+                "mean_abs_dlogp": big["mean_abs_dlogp"] / low["mean_abs_dlogp"] if low["mean_abs_dlogp"] else None,
+                "k3_kl": big["k3_kl"] / low["k3_kl"] if low["k3_kl"] > 0 else None}
+    return out
 
 
 def lora_visibility(scales=(1e-5, 1e-4, 2e-4, 1e-3, 1e-2), width: int = 576, rows: int = 64) -> list[dict[str, float]]:
@@ -138,6 +157,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32, help="recorded rows to use (from batch_00 on)")
     parser.add_argument("--micro", type=int, default=8, help="rows per micro-batch (the quickstart's)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--lrs", nargs="+", type=float, default=list(LRS),
+                        help="learning rates of the one step; add 1e-8 to tell curvature (|Δ| ratio nears 10 per decade) from a floor (it falls)")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
                         help="variants to run; the others are kept from an earlier benchmarks/results/numerics.json")
     args = parser.parse_args()
@@ -162,6 +183,7 @@ def main() -> None:
         if head32:
             fp32_output_head(model)
         if lora_rank:
+            torch.manual_seed(0)  # the adapters' A is drawn at random: the same A in every run
             model = with_lora(model, lora_rank)
         t0 = time.perf_counter()
         before = logprobs(model, rows, args.micro, dtype, pad_id)
@@ -172,12 +194,13 @@ def main() -> None:
         if dtype is not None:  # the same weights without autocast: what a bf16 sampler differs from fp32 training by
             entry["vs_fp32_same_weights"] = compare(before, logprobs(model, rows, args.micro, None, pad_id))
         for kind in ADVANTAGES:
-            for lr in LRS:
+            for lr in args.lrs:
                 stepped = copy.deepcopy(model)
                 seconds = one_step(stepped, rows, advantages[kind], lr, args.micro, dtype, pad_id, before, before)
                 after = logprobs(stepped, rows, args.micro, dtype, pad_id)
                 entry[f"{kind}_advantages_lr_{lr:g}"] = {**compare(after, before), "update_s_per_row": seconds / len(rows)}
                 del stepped
+            entry[f"{kind}_advantages_decade_ratios"] = decade_ratios(entry, kind, args.lrs)
         result["variants"][name] = entry
         print(name, entry, flush=True)
     result["lora_delta_under_bf16"] = lora_visibility()

@@ -90,6 +90,18 @@ def test_union_seconds_counts_overlapping_intervals_once():
     assert union_seconds([]) == 0.0
 
 
+def test_decade_ratios_pair_learning_rates_ten_apart():
+    from benchmarks.numerics import decade_ratios
+
+    # |Δ| 1e-3 → 1e-4 → 1.2e-5: ratios 10 and 8.33 (1e-4 / 1.2e-5); KL 1e-6 → 1e-8 → 0: 100, then no ratio
+    entry = {f"zero_advantages_lr_{lr:g}": {"mean_abs_dlogp": d, "k3_kl": k}
+             for lr, d, k in [(1e-6, 1e-3, 1e-6), (1e-7, 1e-4, 1e-8), (1e-8, 1.2e-5, 0.0), (0.0, 0.0, 0.0)]}
+    got = decade_ratios(entry, "zero", [1e-6, 1e-7, 1e-8, 0.0])
+    assert list(got) == ["1e-06/1e-07", "1e-07/1e-08"]
+    assert got["1e-06/1e-07"] == pytest.approx({"mean_abs_dlogp": 10.0, "k3_kl": 100.0})
+    assert got["1e-07/1e-08"]["mean_abs_dlogp"] == pytest.approx(100 / 12) and got["1e-07/1e-08"]["k3_kl"] is None
+
+
 def test_replay_tells_a_repeated_batch_from_a_new_one(small_batch):
     # A training run's first batch can repeat a recorded one; only an identical one may be left out.
     changed = dict(small_batch, actions=[*small_batch["actions"][:-1], "go to shelf 99"])

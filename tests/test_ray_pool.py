@@ -53,13 +53,21 @@ class HangingCorridor(CorridorEnv):
 
 
 def kill_and_wait(ray, actor):
-    """``ray.kill`` only asks for the kill: a call submitted right after it can still be answered.
-    Wait until the actor refuses a call, so the pool's next step meets a dead actor every time."""
-    from ray.exceptions import RayActorError
+    """``ray.kill`` only asks for the kill: calls submitted after it can still be answered. Call the
+    actor until it refuses, so the pool's next step meets a dead actor every time."""
+    from ray.exceptions import GetTimeoutError, RayActorError
 
     ray.kill(actor, no_restart=True)
-    with pytest.raises(RayActorError):
-        ray.get(actor.pid.remote(), timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=5)
+        except RayActorError:
+            return
+        except GetTimeoutError:
+            pass  # dying: ask again
+        time.sleep(0.05)
+    raise AssertionError("the actor still answers 30 s after ray.kill")
 
 
 def rollout(pool, engine=None):
