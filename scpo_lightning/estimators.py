@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from scpo_lightning.config_checks import check_keywords
-from scpo_lightning.gigpo import gigpo_advantage, grpo_advantage, rloo_advantage
+from scpo_lightning.gigpo import check_similarity_thresh, gigpo_advantage, grpo_advantage, rloo_advantage
 
 
 class Estimator(abc.ABC):
@@ -35,13 +35,25 @@ class Estimator(abc.ABC):
 
 
 class GiGPO(Estimator):
-    """A = A_E + ω A_S, the step level over G̃ when SCPO shaped the batch (SPEC §2.7, §3.9)."""
+    """A = A_E + ω A_S, the step level over G̃ when SCPO shaped the batch (SPEC §2.7, §3.9).
+
+    Args:
+        similarity_thresh: null (the paper): a step group is the rows of an episode group with the
+            identical anchor; a value in (0, 1) merges anchors whose difflib ratio reaches it, first
+            fit in row order (verl-agent's ``enable_similarity``, 0.95 in its recipes; gigpo.py).
+    """
 
     reads_step_credit = True
+    similarity_thresh: float | None = None
+
+    def __init__(self, similarity_thresh: float | None = None):
+        check_similarity_thresh(similarity_thresh, "model.estimator.init_args.similarity_thresh")
+        self.similarity_thresh = similarity_thresh
 
     def __call__(self, rows: Any, mode: str, omega: float) -> np.ndarray:
         returns = rows.shaped_returns if rows.shaped_returns is not None else rows.step_returns
-        return gigpo_advantage(rows.episode_scores, returns, rows.group_ids, rows.anchors, mode, omega)
+        return gigpo_advantage(rows.episode_scores, returns, rows.group_ids, rows.anchors, mode, omega,
+                               similarity_thresh=self.similarity_thresh)
 
 
 class GRPO(Estimator):

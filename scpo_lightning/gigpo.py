@@ -24,6 +24,7 @@ units. Δ ≡ 0 gives back the plain estimator exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
@@ -82,17 +83,57 @@ def episode_advantage(
     return group_normalize(x, codes, n, mode, eps, singleton="identity")
 
 
+def check_similarity_thresh(similarity_thresh: float | None, field: str = "similarity_thresh") -> None:
+    if similarity_thresh is not None and not 0.0 < similarity_thresh < 1.0:
+        raise ValueError(f"{field}={similarity_thresh!r} must lie strictly between 0 and 1 (null: identical "
+                         "anchors only, the paper's GiGPO)")
+
+
+def similar_step_groups(group_ids: Sequence[Any], anchors: Sequence[str], similarity_thresh: float) -> np.ndarray:
+    """Step-group codes that merge *similar* anchors of one episode group (verl-agent's similarity GiGPO).
+
+    Inside each episode group, rows are taken in row order; a row joins the first step group whose
+    first row's anchor a has ``SequenceMatcher(None, a, anchor).ratio() >= similarity_thresh``
+    (difflib's ratio 2M/T: M matched characters, T both lengths), else it opens a new step group.
+    Merging compares with a group's first anchor only, so it is not transitive. Codes are 0..k-1
+    in order of first appearance.
+    """
+    check_similarity_thresh(similarity_thresh)
+    check_lengths(group_ids=group_ids, anchors=anchors)
+    episode_codes, _ = factorize(group_ids, "group_ids")
+    firsts: dict[int, list[tuple[str, int]]] = {}  # episode group -> (first anchor, code) per step group
+    codes = np.empty(len(episode_codes), dtype=np.int64)
+    n = 0
+    for row, (g, anchor) in enumerate(zip(episode_codes.tolist(), anchors)):
+        if not isinstance(anchor, str):
+            raise ValueError(f"similarity step groups compare text: anchor of row {row} is {type(anchor).__name__}")
+        clusters = firsts.setdefault(g, [])
+        code = next((c for first, c in clusters if SequenceMatcher(None, anchor, first).ratio() >= similarity_thresh),
+                    None)
+        if code is None:
+            code, n = n, n + 1
+            clusters.append((anchor, code))
+        codes[row] = code
+    return codes
+
+
 def step_advantage(
     step_returns: Any,
     group_ids: Sequence[Any],
     anchors: Sequence[str],
     mode: str = "mean_std_norm",
     eps: float = 1e-6,
+    similarity_thresh: float | None = None,
 ) -> np.ndarray:
-    """A_S: step returns normalised inside step groups (same group id, identical anchor text)."""
+    """A_S: step returns normalised inside step groups (same group id, identical anchor text; with
+    ``similarity_thresh``, anchors at least that similar: ``similar_step_groups``)."""
     g = to_numpy(step_returns, "step_returns")
     check_lengths(step_returns=g, group_ids=group_ids, anchors=anchors)
-    codes, n = factorize(zip(group_ids, anchors), "anchors")
+    if similarity_thresh is None:
+        codes, n = factorize(zip(group_ids, anchors), "anchors")
+    else:
+        codes = similar_step_groups(group_ids, anchors, similarity_thresh)
+        n = int(codes.max()) + 1 if len(codes) else 0
     return group_normalize(g, codes, n, mode, eps, singleton="zero")
 
 
@@ -104,14 +145,16 @@ def gigpo_advantage(
     mode: str = "mean_std_norm",
     omega: float = 1.0,
     eps: float = 1e-6,
+    similarity_thresh: float | None = None,
 ) -> Any:
     """A = A_E + ω A_S per row (SPEC §2.7).
 
     ``episode_scores``: R(τ) minus the row's invalid penalty; ``step_returns``: G_t (or the SCPO
     shaped G̃_t). ``anchors``: the raw env observation each row's prompt was built from.
+    ``similarity_thresh``: step groups of similar anchors (``similar_step_groups``); None: identical.
     """
     a_e = episode_advantage(episode_scores, group_ids, mode, eps)
-    a_s = step_advantage(step_returns, group_ids, anchors, mode, eps)
+    a_s = step_advantage(step_returns, group_ids, anchors, mode, eps, similarity_thresh)
     return like_input(a_e + omega * a_s, episode_scores)
 
 
