@@ -184,7 +184,7 @@ def main() -> None:
             fp32_output_head(model)
         if lora_rank:
             torch.manual_seed(0)  # the adapters' A is drawn at random: the same A in every run
-            model = with_lora(model, lora_rank)
+            model = with_lora(model, lora_rank, 0)
         t0 = time.perf_counter()
         before = logprobs(model, rows, args.micro, dtype, pad_id)
         forward_s = time.perf_counter() - t0

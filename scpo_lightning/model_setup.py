@@ -46,11 +46,17 @@ def bf16_compute(trainer_precision: str, torch_dtype: str, engine: str, generati
             or torch_dtype == "bfloat16")
 
 
-def with_lora(policy: torch.nn.Module, rank: int) -> torch.nn.Module:
-    """``policy`` wrapped with LoRA adapters of ``rank`` on every linear layer (peft)."""
+def with_lora(policy: torch.nn.Module, rank: int, seed: int) -> torch.nn.Module:
+    """``policy`` wrapped with LoRA adapters of ``rank`` on every linear layer (peft).
+
+    The adapters' A matrices are drawn at random: from a generator seeded with ``seed`` alone (the
+    global one is left as it was), so the initialisation is the seed's, whatever ran before.
+    """
     try:
         import peft
     except ImportError as exc:
         raise ImportError("model.lora_rank > 0 needs peft: pip install -e '.[lora]'") from exc
     config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
-    return peft.get_peft_model(policy, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return peft.get_peft_model(policy, config)

@@ -70,7 +70,7 @@ class SCPOModule(L.LightningModule):
         engine_options: Keyword arguments of the engine (scpo_lightning.engines.vllm.VLLMEngine for vllm, e.g. gpu_memory_utilization; for hf they override generation_batch_size/generation_autocast).
         gradient_checkpointing: Recompute activations in the backward pass to save memory.
         reference_offload: Keep the frozen reference's shards in CPU memory and copy each layer to the GPU for its one forward per iteration (FSDP2 CPUOffloadPolicy; needs trainer.strategy ModelParallelStrategy; on CPU it changes nothing).
-        lora_rank: LoRA rank for parameter-efficient training (0 = full fine-tuning; needs the lora extra).
+        lora_rank: LoRA rank for parameter-efficient training (0 = full fine-tuning; needs the lora extra); the adapters are initialised from the run's seed (seed_everything).
         cache_dir: Where converted models are cached (default: ~/.cache/scpo_lightning).
         bf16_grid: auto (round fp32 weights onto the bf16 grid once at load when bf16 compute is configured: trainer.precision bf16-*, generation_autocast bfloat16 or a bf16 vLLM copy, so that an update moves the bf16 model by what it accumulated, not by flipping tied weights), snap (always) or keep (never; warns on tied weights). docs/numerics.md.
         old_logprobs: recompute (the trainer recomputes π_old, SPEC §4) or rollout (use the engine's own log-probs of π as π_old, one forward pass fewer; only where rollout/logprob_diff_* is measured small).
@@ -165,7 +165,8 @@ class SCPOModule(L.LightningModule):
             print(f"Policy precision: {done}; LM head in fp32", flush=True)
         reference = copy.deepcopy(policy).eval().requires_grad_(False) if hp.kl_coef > 0 else None
         if hp.lora_rank > 0:
-            policy = with_lora(policy, hp.lora_rank)
+            # The run's seed: seed_everything seeds torch's default generator, whose initial_seed it is.
+            policy = with_lora(policy, hp.lora_rank, torch.initial_seed())
         if hp.gradient_checkpointing:
             # Non-reentrant checkpointing: the kind FSDP2 supports (it re-runs the layer's hooks in backward).
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -48,3 +48,23 @@ def test_lora_iteration_moves_only_adapters_and_export_merges_them(tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tiny)
     assert not any("lora" in k for k in loaded.state_dict())
     assert any(not torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), base.state_dict().values()))
+
+
+def test_lora_initialisation_is_the_seeds_and_leaves_the_global_generator_alone(tmp_path):
+    require("peft", extra="lora")
+    from scpo_lightning.model_setup import with_lora
+
+    tiny = str(build_tiny_llama(tmp_path / "tiny"))
+
+    def adapters(seed: int) -> dict[str, torch.Tensor]:
+        model = with_lora(AutoModelForCausalLM.from_pretrained(tiny), 4, seed)
+        return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_A" in k}
+
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    one = adapters(1)
+    assert torch.equal(torch.get_rng_state(), state)  # the draw came from a generator of its own
+    torch.manual_seed(999)  # whatever ran before does not change the seed's initialisation
+    again, other = adapters(1), adapters(2)
+    assert one and all(torch.equal(one[k], again[k]) for k in one)
+    assert all(not torch.equal(one[k], other[k]) for k in one)
