@@ -1,238 +1,193 @@
-"""Does training make the agent better? GRPO, GiGPO and SCPO trained side by side on CPU.
+"""Does SCPO's step credit beat GiGPO? GRPO, GiGPO, SCPO and variants trained seed by seed on CPU.
 
-Every method starts from the same policy (``configs/learning.yaml``: SmolLM2-135M with LoRA, fp32),
-with the same seed, the same stream of training tasks and the same held-out validation games
-(generated tiny ALFWorld rooms, both validation splits), validated before training and every
-``--val-every`` iterations. The methods differ only in the advantage: GRPO (``model.estimator:
-grpo``), GiGPO (``gigpo``) and SCPO (GiGPO plus the SCPO callback's step credit); beyond the paper
-(docs/buffer_and_dynamic_sampling.md), ``scpo_buffer`` (SCPO with ``reference_source: both``),
-and dynamic sampling on GiGPO or on SCPO with the buffer (``gigpo_dynamic``, ``scpo_buffer_dynamic``).
+Every run starts from the same policy (``configs/learning.yaml``: SmolLM2-135M with LoRA, fp32)
+and differs from the others of its seed only in the method (``benchmarks/learning_run.py``,
+``METHODS``); its seed sets the LoRA initialisation, the training task stream and every rollout's
+sampling seed. Validation: iteration 0 and the final iteration on the frozen test panel, the
+ones between on the dev panel (``--dev``: all on the dev panel, for choosing the recipe).
 
-    python -m benchmarks.learning            # 12 iterations per method: ~30 min for the first, ~22 for each other, 2 cores
-    python -m benchmarks.learning --methods gigpo scpo scpo_buffer scpo_buffer_dynamic
-    python -m benchmarks.learning --smoke    # a tiny random model on the corridor world: seconds
+    python -m benchmarks.learning --methods gigpo scpo --seeds 0 1   # ~20-28 min a run, 2 cores
+    python -m benchmarks.learning --grid      # every (method, seed) of GRID not yet done
+    python -m benchmarks.learning --report    # learning.json, learning.png and the tables
+    python -m benchmarks.learning --smoke     # a tiny random model on the corridor world: seconds
 
-Writes ``benchmarks/results/learning.json`` (per validation: successes of the same games, the
-95 % Wilson interval; per iteration: train success, advantage and loss statistics, KL, clip
-fraction, SCPO's groups with a reference and credited steps; the change from iteration 0 with its
-95 % Newcombe interval), ``learning.png`` (success vs iteration with the intervals), and the
-TensorBoard runs under ``runs/learning/<method>_seed<seed>``.
-
-Iteration 0 is the same untrained policy playing the same games with the same sampling seed
-for every method, so it is measured once per seed (by the first method) and shared: that saves
-one validation per method, and the smoke test checks that the runs would agree.
+Each run writes ``<runs-dir>/<method>_seed<k>.json`` when it finishes, with a config hash over
+everything that changes its arithmetic (the run's whole config, iterations, validation
+schedule, panels, CLI overrides, library versions); a run whose file has the same hash is
+skipped, so the grid accumulates over sittings and an interrupted one resumes. Iteration 0 is
+the same for every method of a seed (same weights, games and sampling seed): the first run of
+a seed measures it into ``iteration0_seed<k>.json`` and the others reuse it
+(``--no-shared-zero`` measures it in every run and fails if it differs).
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-
-from benchmarks.common import RESULTS, load_average, machine, write_result
-from benchmarks.learning_report import plot, summarise, table, wilson
+from benchmarks.common import RESULTS, load_average, machine, read_yaml
+from benchmarks.learning_report import aggregate, plot, print_tables
+from benchmarks.learning_run import GRID, METHODS, Recorder, panels, run_config, sha256, train_one
 
 CONFIG = Path("configs/learning.yaml")
-LOG_DIR = Path("runs/learning")
-#: Per method: the estimator, the SCPO callback's settings over the config's (None: no SCPO
-#: callback) and data settings over the config's. Validation is the same for all of them.
-DYNAMIC = {"dynamic_sampling": {"top_up": True, "max_retries": 2}}
-METHODS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
-    "grpo": ("grpo", None, {}), "gigpo": ("gigpo", None, {}), "scpo": ("gigpo", {}, {}),
-    "scpo_buffer": ("gigpo", {"reference_source": "both"}, {}),
-    "gigpo_dynamic": ("gigpo", None, DYNAMIC), "scpo_buffer_dynamic": ("gigpo", {"reference_source": "both"}, DYNAMIC),
-}
-DEFAULT_METHODS = ("grpo", "gigpo", "scpo")
-#: Per-iteration scalars kept in the JSON (the module's and the SCPO callback's names).
-TRAIN_KEYS = ("train/loss", "train/pg_loss", "train/kl", "train/entropy", "train/clip_frac", "train/approx_kl_old",
-              "train/advantage_std", "train/grad_norm", "train/optimizer_steps", "rollout/logprob_diff_max")
-SCPO_KEYS = ("groups_with_reference", "failed_trajectories", "credited_steps_per_failed", "mean_aux_reward",
-             "pairs_requested", "pairs_scored", "groups_with_buffer_reference", "buffer_size", "buffer_hit_rate")
-class Recorder(L.Callback):
-    """Per validation run: each episode's task and outcome; per training iteration: its scalars."""
-
-    def __init__(self) -> None:
-        self.validations: list[dict[str, Any]] = []
-        self.iterations: list[dict[str, Any]] = []
-        self._episodes: list[dict[str, Any]] = []
-        self._start = time.perf_counter()
-        self.fit_s = 0.0  # the whole fit: model load, validations, iterations
-
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._episodes += [{"task": t["task_id"], "family": t["family"], "won": bool(t["won"])}
-                           for t in batch.trajectories]
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        iteration = 0 if trainer.sanity_checking else trainer.current_epoch + 1
-        self.validations.append(validation_record(iteration, self._episodes, time.perf_counter() - self._start))
-        self._episodes = []
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
-        m, episodes = pl_module.last_metrics, batch.episode_metrics()
-        stats = batch.scpo_stats
-        record = {"iteration": trainer.current_epoch + 1, "rows": len(batch), "success": episodes["success"],
-                  "valid_action_ratio": episodes["valid_action_ratio"],
-                  "wall_s": round(time.perf_counter() - self._start, 1),
-                  **{k.split("/", 1)[1]: round(m[k], 6) for k in TRAIN_KEYS if k in m}}
-        if stats:
-            record["scpo"] = {k: stats[k] for k in SCPO_KEYS if k in stats}
-        if batch.sampling_stats:
-            record["sampling"] = dict(batch.sampling_stats)
-        self.iterations.append(record)
+RUNS = RESULTS / "learning_runs"
+DEV_RUNS = RESULTS / "learning_dev_runs"
+#: Whatever a run's result is compared on: everything but wall times and where it ran.
+UNCOMPARED = ("timing", "provenance")
 
 
-def validation_record(iteration: int, episodes: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    wins = sum(e["won"] for e in episodes)
-    low, high = wilson(wins, len(episodes))
-    return {"iteration": iteration, "episodes": len(episodes), "successes": wins,
-            "success": wins / len(episodes) if episodes else 0.0, "ci95": [round(low, 4), round(high, 4)],
-            "wall_s": round(wall_s, 1), "outcomes": [[e["task"], int(e["won"])] for e in episodes]}
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    return {name: md.version(name) for name in ("torch", "transformers", "peft", "lightning", "numpy")}
 
 
-def method_config(method: str, config: Path, folder: Path) -> Path:
-    """``config`` with ``method``'s SCPO and data settings written in (``config`` itself when it has none)."""
-    import yaml
+def commit() -> str | None:
+    import subprocess
 
-    _, scpo, data = METHODS[method]
-    if not scpo and not data:
-        return config
-    cfg = yaml.safe_load(config.read_text())
-    callbacks = [cb for cb in cfg["trainer"].get("callbacks") or [] if cb["class_path"].endswith("SCPOCallback")]
-    if scpo is not None and not callbacks:
-        raise ValueError(f"benchmarks.learning: {config} has no SCPOCallback, so `{method}` would train without SCPO")
-    for cb in callbacks:
-        cb["init_args"] = {**(cb.get("init_args") or {}), **(scpo or {})}
-    cfg["data"].update(data)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{config.stem}_{method}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
-def cli_args(method: str, seed: int, iterations: int, val_every: int, shared_zero: bool, config: Path,
-             extra: list[str], log_dir: Path = LOG_DIR) -> list[str]:
-    return ["--config", str(config), f"--seed_everything={seed}", f"--trainer.max_epochs={iterations}",
-            f"--trainer.check_val_every_n_epoch={val_every}",
-            f"--trainer.num_sanity_val_steps={0 if shared_zero else -1}",
-            f"--trainer.logger.init_args.save_dir={log_dir.parent}", f"--trainer.logger.init_args.name={log_dir.name}",
-            f"--trainer.logger.init_args.version={method}_seed{seed}",
-            f"--model.estimator={METHODS[method][0]}", *extra]
-
-
-def train_one(method: str, args: list[str]) -> Recorder:
-    """One method's run through the app's own CLI; SCPO's callback is dropped for methods without SCPO."""
-    from callbacks.scpo import SCPOCallback
-    from scpo_lightning.cli import SCPOCLI
-    from scpo_lightning.datamodule import RolloutDataModule
-    from scpo_lightning.module import SCPOModule
-
-    cli = SCPOCLI(SCPOModule, RolloutDataModule, run=False, args=args, save_config_callback=None,
-                  trainer_defaults={"plugins": [{"class_path": "scpo_lightning.checkpoint_io.AtomicCheckpointIO"}]})
-    trainer = cli.trainer
-    scpo = [cb for cb in trainer.callbacks if isinstance(cb, SCPOCallback)]
-    with_scpo = METHODS[method][1] is not None
-    if with_scpo and not scpo:
-        raise ValueError(f"benchmarks.learning: the config has no SCPOCallback, so `{method}` would train plain GiGPO")
-    if not with_scpo:
-        trainer.callbacks = [cb for cb in trainer.callbacks if not isinstance(cb, SCPOCallback)]
-    recorder = Recorder()
-    trainer.callbacks.insert(0, recorder)
-    start = time.perf_counter()
-    trainer.fit(cli.model, datamodule=cli.datamodule)
-    recorder.fit_s = time.perf_counter() - start
-    del cli, trainer
-    gc.collect()
-    return recorder
-
-
-def smoke_config(tmp: Path, config: Path = CONFIG) -> Path:
+def smoke_config(folder: Path, config: Path = CONFIG) -> dict[str, Any]:
     """``config`` on the tiny random model, the corridor world and the lexical scorer (seconds a run)."""
-    import yaml
-
     from scpo_lightning.testing import build_tiny_llama
 
-    cfg = yaml.safe_load(config.read_text())
+    cfg = read_yaml(config)
     for cb in cfg["trainer"]["callbacks"]:
         if cb["class_path"].endswith("SCPOCallback"):
             cb["init_args"]["scorer"] = "lexical"
-    cfg["model"].update(policy=str(build_tiny_llama(tmp / "tiny")), lora_rank=4)
+    cfg["model"].update(policy=str(build_tiny_llama(folder / "tiny")), lora_rank=4)
     cfg["data"].update(env="corridor", env_options={"rooms": 3, "max_steps": 4}, workers=1, val_split="valid",
                        val_episodes=4, val_batch_episodes=4, progress=False)
     cfg["data"]["rollout"].update(max_steps=4)
-    path = tmp / "learning_smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return cfg
+
+
+def run_one(method: str, seed: int, base: dict[str, Any], pan: dict[str, Any], args: argparse.Namespace,
+            extra: list[str]) -> dict[str, Any] | None:
+    """Train (method, seed) unless its result file has the same config hash; returns the result written."""
+    recipe = {"config": base, "iterations": args.iterations, "val_every": args.val_every, "extra": extra,
+              "panels": pan["ids"], "dev_only": args.dev, "versions": versions()}
+    zero_hash = sha256({**recipe, "seed": seed})  # what iteration 0 depends on: not the method
+    cfg = run_config(method, seed, base)
+    config_hash = sha256({**recipe, "run_config": cfg})
+    path = args.runs_dir / f"{method}_seed{seed}.json"
+    if path.exists() and json.loads(path.read_text()).get("config_sha256") == config_hash and not args.force:
+        print(f"[learning] {path} is done with this config hash: skipped", flush=True)
+        return None
+    zero_path = args.runs_dir / f"iteration0_seed{seed}.json"
+    zero = json.loads(zero_path.read_text()) if zero_path.exists() else None
+    zero = zero if zero is not None and zero["sha256"] == zero_hash else None
+    measure = zero is None or args.no_shared_zero
+    folder = Path(tempfile.mkdtemp(prefix="learning_run_"))
+    config = folder / f"{method}_seed{seed}.yaml"
+    config.write_text(json.dumps(cfg))  # JSON is YAML
+    log = args.log_dir
+    cli = [f"--trainer.max_epochs={args.iterations}", f"--trainer.check_val_every_n_epoch={args.val_every}",
+           f"--trainer.num_sanity_val_steps={-1 if measure else 0}", f"--trainer.logger.init_args.save_dir={log.parent}",
+           f"--trainer.logger.init_args.name={log.name}", f"--trainer.logger.init_args.version={method}_seed{seed}",
+           *extra]
+    recorder = Recorder(pan["specs"], args.dev)
+    started, wall = machine(), train_one(config, cli, recorder)
+    validations = recorder.validations
+    if measure:
+        if zero is not None and zero["validation"] != validations[0]:
+            raise RuntimeError(f"iteration 0 of {method} seed {seed} differs from {zero_path}: sharing it is unsound")
+        args.runs_dir.mkdir(parents=True, exist_ok=True)
+        zero_path.write_text(json.dumps({"sha256": zero_hash, "seed": seed, "validation": validations[0]}, indent=1))
+    else:
+        validations = [zero["validation"], *validations]
+    check_panels(validations, recorder.iterations, pan)
+    result = {"what": "one (method, seed) run of the learning benchmark (benchmarks/learning.py)",
+              "method": method, "seed": seed, "config_sha256": config_hash, "recipe_sha256": sha256(recipe),
+              "settings": dict(zip(("estimator", "scpo", "data"), METHODS[method])), "config": cfg,
+              "iterations_planned": args.iterations, "val_every": args.val_every, "cli_overrides": extra,
+              "dev_only": args.dev, "versions": recipe["versions"],
+              "panels": {**{k: pan["ids"][k] for k in ("train", "dev", "test")}, "test_sha256": pan["test_sha256"]},
+              "iteration_0_from": zero_path.name, "validations": validations, "iterations": recorder.iterations,
+              "timing": {"fit_s": round(wall, 1), "iteration_0_measured_here": measure, **recorder.wall},
+              "provenance": {"commit": commit(), "machine": started, "load_average_at_end": load_average(),
+                             "shared_machine": True}}
+    args.runs_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"[learning] {method} seed {seed}: " + ", ".join(
+        f"it {v['iteration']} ({v['panel']}): {v['successes']}/{v['episodes']}" for v in validations)
+        + f" -> {path}", flush=True)
+    return result
+
+
+def check_panels(validations: list[dict[str, Any]], iterations: list[dict[str, Any]], pan: dict[str, Any]) -> None:
+    """Every validation played exactly its panel's games, every training task is a pool game."""
+    for v in validations:
+        if [task for task, _ in v["outcomes"]] != pan["ids"][v["panel"]]:
+            raise RuntimeError(f"validation at iteration {v['iteration']} did not play the {v['panel']} panel")
+    pool = set(pan["ids"]["train"])
+    for it in iterations:
+        if not set(it["tasks"]) <= pool:
+            raise RuntimeError(f"iteration {it['iteration']} trained on {sorted(set(it['tasks']) - pool)}, "
+                               "outside the training pool")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS),
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=["gigpo", "scpo"],
                         help="methods to train, in order")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (each: every method from the same start)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (every method once per seed)")
+    parser.add_argument("--grid", action="store_true", help="every (method, seed) of GRID: seeds 0..n-1 per method")
     parser.add_argument("--iterations", type=int, default=12, help="training iterations per run")
     parser.add_argument("--val-every", type=int, default=6, help="validate every this many iterations (and at 0)")
-    parser.add_argument("--config", type=Path, default=CONFIG, help="the LightningCLI config all methods share")
-    parser.add_argument("--out", type=Path, default=RESULTS / "learning.json", help="the result file (the PNG beside it)")
+    parser.add_argument("--config", type=Path, default=CONFIG, help="the LightningCLI config every run starts from")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help=f"per-run result files (default {RUNS}; with --dev {DEV_RUNS})")
+    parser.add_argument("--dev", action="store_true", help="validate on the dev panel only (choosing the recipe)")
+    parser.add_argument("--force", action="store_true", help="re-run runs whose result file has the same hash")
     parser.add_argument("--no-shared-zero", action="store_true",
-                        help="validate every method at iteration 0 instead of once per seed")
+                        help="validate iteration 0 in every run and check it against the seed's shared one")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny random model on the corridor world, 2 iterations: checks the pipeline, not learning")
-    parser.add_argument("--table", type=Path, metavar="JSON",
-                        help="print the Markdown table of a result file (docs/learning.md) and exit; trains nothing")
+    parser.add_argument("--report", action="store_true",
+                        help="aggregate the runs into --out, its PNG and the tables; trains nothing")
+    parser.add_argument("--out", type=Path, default=None, help=f"the report (default {RESULTS / 'learning.json'})")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --model.lr=5e-5
-    if args.table:
-        print(table(json.loads(args.table.read_text())))
-        return {}
-    log_dir = LOG_DIR
     if args.smoke:
         tmp = Path(tempfile.mkdtemp(prefix="learning_smoke_"))
-        args.config, args.iterations, args.val_every = smoke_config(tmp, args.config), 2, 1
-        log_dir = tmp / "runs" / "learning"
-        if args.out == RESULTS / "learning.json":  # never overwrite the published result with a smoke run
-            args.out = tmp / "learning.json"
+        args.iterations, args.val_every = 2, 1
+        args.runs_dir = args.runs_dir or tmp / "runs"
+        args.out = args.out or tmp / "learning.json"  # never the published files
+    args.runs_dir = args.runs_dir or (DEV_RUNS if args.dev else RUNS)
+    args.out = args.out or RESULTS / ("learning_dev.json" if args.dev else "learning.json")
+    args.log_dir = args.runs_dir.parent / "tensorboard" / "learning" if args.smoke else Path("runs/learning")
+    if args.report:
+        return report(args.runs_dir, args.out)
     if args.iterations % args.val_every:
         raise ValueError(f"--iterations {args.iterations} must be a multiple of --val-every {args.val_every}, "
                          "so that the last iteration is validated")
-    variants = Path(tempfile.mkdtemp(prefix="learning_methods_"))  # each method's config, as it ran
-    configs = {m: method_config(m, args.config, variants) for m in args.methods}
-    started, t0 = machine(), time.perf_counter()
-    runs: dict[str, dict[str, Any]] = {}
-    result: dict[str, Any] = {}
-    for seed in args.seeds:
-        zero = None
-        for method in args.methods:
-            shared = zero is not None and not args.no_shared_zero
-            rec = train_one(method, cli_args(method, seed, args.iterations, args.val_every, shared, configs[method],
-                                             extra, log_dir))
-            validations = ([zero] if shared else []) + rec.validations
-            zero = zero or rec.validations[0]
-            runs[f"{method}_seed{seed}"] = {"method": method, "seed": seed, "validations": validations,
-                                            "iterations": rec.iterations, "wall_s": round(rec.fit_s, 1),
-                                            "iteration_0_shared": shared}
-            print(f"[learning] {method} seed {seed}: " + ", ".join(
-                f"it {v['iteration']}: {v['successes']}/{v['episodes']}" for v in validations), flush=True)
-            # Written after every run, so a stopped benchmark keeps what it finished (`runs` says which).
-            result = {
-                "what": "validation success of the methods trained from the same policy, seeds and tasks",
-                "config": str(args.config), "cli_overrides": extra,
-                "method_settings": {m: {"estimator": METHODS[m][0], "scpo": METHODS[m][1], "data": METHODS[m][2]}
-                                    for m in args.methods}, "iterations": args.iterations,
-                "val_every": args.val_every, "methods_requested": args.methods, "seeds_requested": args.seeds,
-                "summary": summarise(runs), "runs": runs, "wall_s": round(time.perf_counter() - t0, 1),
-                "machine": started, "load_average_at_end": load_average(),
-            }
-            write_result("learning", result, args.out)
-            n = validations[0]["episodes"]
-            plot(runs, args.out.with_suffix(".png"), f"{args.config.name}: {n} held-out games per point, "
-                                                     f"seeds {args.seeds}{' (smoke)' if args.smoke else ''}")
+    base = smoke_config(args.runs_dir.parent / "smoke_model", args.config) if args.smoke else read_yaml(args.config)
+    pan = panels(base)
+    todo = [(m, s) for m, n in GRID.items() for s in range(n)] if args.grid else \
+        [(m, s) for s in args.seeds for m in args.methods]
+    t0, done = time.perf_counter(), {}
+    for method, seed in todo:
+        result = run_one(method, seed, base, pan, args, extra)
+        if result is not None:
+            done[f"{method}_seed{seed}"] = result
+    print(f"[learning] {len(done)} run(s) trained in {time.perf_counter() - t0:.0f} s; "
+          f"{len(todo) - len(done)} already done", flush=True)
+    return done
+
+
+def report(runs_dir: Path, out: Path) -> dict[str, Any]:
+    result = aggregate(runs_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, out.with_suffix(".png"))
+    print_tables(result)
+    print(f"wrote {out} and {out.with_suffix('.png')}")
     return result
 
 

@@ -1,96 +1,197 @@
-"""The learning benchmark's statistics, plot and table (``benchmarks/learning.py`` writes the
-JSON they read): Wilson intervals per validation, Newcombe's interval of the change from
-iteration 0, the PNG of success vs iteration and the Markdown table of docs/learning.md.
+"""The learning benchmark's report: per-run result files -> ``learning.json``, its PNG and the
+Markdown tables of README.md and docs/learning.md (statistics: ``benchmarks/learning_stats.py``).
+
+Only runs of one recipe are aggregated (``recipe_sha256``: the base config, schedule, panels,
+overrides and versions; a run of another recipe is an error, to be re-run, never mixed in).
 """
 
 from __future__ import annotations
 
-import math
+import json
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-Z95 = 1.959963984540054
+from benchmarks.learning_stats import fmt_p, mean_se, paired
+
+#: Methods in the order the tables list them (others follow in name order).
+ORDER = ("grpo", "gigpo", "gigpo_similarity", "scpo", "scpo_lexical")
 
 
+def load_runs(runs_dir: Path) -> list[dict[str, Any]]:
+    paths = sorted(p for p in runs_dir.glob("*_seed*.json") if not p.name.startswith("iteration0_"))
+    if not paths:
+        raise FileNotFoundError(f"no run files in {runs_dir}: run `python -m benchmarks.learning` first")
+    runs = [json.loads(p.read_text()) for p in paths]
+    recipes = {r["recipe_sha256"] for r in runs}
+    if len(recipes) > 1:
+        by = {h: [f"{r['method']}_seed{r['seed']}" for r in runs if r["recipe_sha256"] == h] for h in recipes}
+        raise ValueError(f"{runs_dir} holds runs of {len(recipes)} recipes ({by}); re-run the stale ones "
+                         "(python -m benchmarks.learning re-runs any whose config hash differs)")
+    return sorted(runs, key=lambda r: (method_rank(r["method"]), r["seed"]))
 
 
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (it stays inside [0, 1], unlike the Wald one)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+def method_rank(method: str) -> tuple[int, str]:
+    return (ORDER.index(method), "") if method in ORDER else (len(ORDER), method)
 
 
-def newcombe(s1: int, n1: int, s2: int, n2: int, z: float = Z95) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of p2 - p1 from two Wilson intervals (his method 10).
-
-    It treats the two runs as independent samples; the games are the same ones, whose outcomes
-    correlate positively, so this interval is wider than a paired one would be (conservative).
-    """
-    p1, p2 = s1 / n1, s2 / n2
-    l1, u1 = wilson(s1, n1, z)
-    l2, u2 = wilson(s2, n2, z)
-    d = p2 - p1
-    return d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+def outcomes(validation: dict[str, Any]) -> dict[str, bool]:
+    return {task: bool(won) for task, won in validation["outcomes"]}
 
 
-def summarise(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per method and seed: success at iteration 0 and at the last validation, and the change with
-    its 95 % interval; ``improved`` when the whole interval lies above 0."""
-    out = {}
+def credited(it: dict[str, Any]) -> float | None:
+    return (it.get("scpo") or {}).get("credited_steps_per_failed")
+
+
+def aggregate(runs_dir: Path) -> dict[str, Any]:
+    """The report of every run in ``runs_dir`` (module docstring)."""
+    runs = load_runs(runs_dir)
+    methods: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        methods.setdefault(r["method"], []).append(r)
+    per_method, vs_zero = {}, {}
+    for m, rs in methods.items():
+        points = [(v["iteration"], v["panel"]) for v in rs[0]["validations"]]
+        per_method[m] = {"seeds": [r["seed"] for r in rs], "checkpoints": [
+            {"iteration": i, "panel": p, **mean_se([r["validations"][k]["success"] for r in rs])}
+            for k, (i, p) in enumerate(points)], "iterations": [
+            {"iteration": k + 1, "groups_with_success": mean_se([r["iterations"][k]["groups_with_success"] for r in rs]),
+             "credited_steps_per_failed": mean_se([credited(r["iterations"][k]) for r in rs])
+             if credited(rs[0]["iterations"][k]) is not None else None}
+            for k in range(len(rs[0]["iterations"]))]}
+        vs_zero[m] = paired([outcomes(r["validations"][0]) for r in rs], [outcomes(r["validations"][-1]) for r in rs])
+    pairwise = {}
+    for a, b in combinations(sorted(methods, key=method_rank), 2):
+        seeds = sorted(set(per_method[a]["seeds"]) & set(per_method[b]["seeds"]))
+        if seeds:
+            pick = {m: {r["seed"]: r for r in methods[m]} for m in (a, b)}
+            pairwise[f"{b} vs {a}"] = {"a": a, "b": b, "seeds_paired": seeds, **paired(
+                [outcomes(pick[a][s]["validations"][-1]) for s in seeds],
+                [outcomes(pick[b][s]["validations"][-1]) for s in seeds])}
+    first = runs[0]
+    return {
+        "what": "validation success of the methods seed by seed on the same frozen test panel; paired tests",
+        "recipe_sha256": first["recipe_sha256"], "config": first["config"], "iterations": first["iterations_planned"],
+        "val_every": first["val_every"], "dev_only": first["dev_only"], "panels": first["panels"],
+        "runs": {f"{r['method']}_seed{r['seed']}": {
+            "method": r["method"], "seed": r["seed"], "config_sha256": r["config_sha256"],
+            "validations": [{k: v[k] for k in ("iteration", "panel", "episodes", "successes", "success", "ci95")}
+                            for v in r["validations"]],
+            "iterations": [{"iteration": it["iteration"], "tasks": it["tasks"], "success": it["success"],
+                            "groups_with_success": it["groups_with_success"], "credited_steps_per_failed": credited(it)}
+                           for it in r["iterations"]], "fit_s": r["timing"]["fit_s"]} for r in runs},
+        "methods": per_method, "vs_iteration_0": vs_zero, "pairwise": pairwise,
+        "statistics": "benchmarks/learning_stats.py (statsmodels, scipy)",
+    }
+
+
+def _mse(x: dict[str, Any], digits: int = 3) -> str:
+    return f"{x['mean']:.{digits}f}" + (f" ± {x['se']:.{digits}f}" if x["se"] is not None else "")
+
+
+def runs_table(result: dict[str, Any]) -> str:
+    """Per run: success at each checkpoint with its Wilson interval."""
+    first = next(iter(result["runs"].values()))
+    head = [f"iteration {v['iteration']} ({v['panel']})" for v in first["validations"]]
+    lines = ["| run | " + " | ".join(head) + " | fit wall time |", "|---" * (len(head) + 2) + "|"]
+    for name, run in result["runs"].items():
+        cells = [f"{v['successes']}/{v['episodes']} = {v['success']:.3f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]"
+                 for v in run["validations"]]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {run['fit_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
+def methods_table(result: dict[str, Any]) -> str:
+    """Per method: mean ± SE over seeds per checkpoint; final vs iteration 0, paired on the test games."""
+    some = next(iter(result["methods"].values()))
+    head = [f"iteration {c['iteration']} ({c['panel']})" for c in some["checkpoints"]]
+    lines = ["| method | seeds | " + " | ".join(head) + " | change [95 % CI] | only final / only it. 0 "
+             "| p (CMH, pooled) | p (exact McNemar, per seed) |", "|---" * (len(head) + 6) + "|"]
+    for m, x in result["methods"].items():
+        t = result["vs_iteration_0"][m]
+        lines.append(f"| {m} | {len(x['seeds'])} | " + " | ".join(_mse(c) for c in x["checkpoints"])
+                     + f" | {t['difference']:+.3f} [{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}]"
+                     f" | {t['only_b']} / {t['only_a']} | {fmt_p(t['p_cmh'])} | "
+                     + ", ".join(fmt_p(s["p_exact"]) for s in t["per_seed"]) + " |")
+    return "\n".join(lines)
+
+
+def pairwise_table(result: dict[str, Any]) -> str:
+    """Every pair of methods at the final checkpoint, paired on the same seeds and test games."""
+    lines = ["| b vs a | seeds | success a | success b | b - a [95 % CI] | only b / only a | odds ratio [95 % CI] "
+             "| p (CMH) |", "|---" * 8 + "|"]
+    for name, t in result["pairwise"].items():
+        ratio = (f"{t['odds_ratio']:.2f} [{t['odds_ratio_ci95'][0]:.2f}, {t['odds_ratio_ci95'][1]:.2f}]"
+                 if t["odds_ratio"] is not None else "–")
+        lines.append(f"| {name} | {t['seeds']} | {t['success_a']:.3f} | {t['success_b']:.3f} | {t['difference']:+.3f} "
+                     f"[{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] | {t['only_b']} / "
+                     f"{t['only_a']} | {ratio} | {fmt_p(t['p_cmh'])} |")
+    return "\n".join(lines)
+
+
+def iterations_table(result: dict[str, Any]) -> str:
+    """Per method and iteration (mean over seeds): groups with >= 1 success; SCPO's credited steps."""
+    lines = ["| method | groups with a success, per iteration | SCPO credited steps / failed sibling |",
+             "|---|---|---|"]
+    for m, x in result["methods"].items():
+        share = " / ".join(f"{it['groups_with_success']['mean']:.2f}" for it in x["iterations"])
+        credit = " / ".join(f"{it['credited_steps_per_failed']['mean']:.2f}" for it in x["iterations"]
+                            if it["credited_steps_per_failed"] is not None) or "–"
+        lines.append(f"| {m} | {share} | {credit} |")
+    return "\n".join(lines)
+
+
+def dev_history_table(old: dict[str, Any]) -> str:
+    """The one-seed dev run that chose the recipe (benchmarks/results/learning_dev_3dd2314.json):
+    per run, success at each checkpoint, and exact McNemar against iteration 0 and between runs."""
+    runs = old["runs"]
+    head = [f"iteration {v['iteration']}" for v in next(iter(runs.values()))["validations"]]
+    lines = ["| run | " + " | ".join(head) + " | final vs iteration 0: only final / only it. 0, exact p |",
+             "|---" * (len(head) + 2) + "|"]
     for name, run in runs.items():
-        first, last = run["validations"][0], run["validations"][-1]
-        low, high = newcombe(first["successes"], first["episodes"], last["successes"], last["episodes"])
-        out[name] = {"iteration_0": first["success"], f"iteration_{last['iteration']}": last["success"],
-                     "change": round(last["success"] - first["success"], 4), "change_ci95": [round(low, 4), round(high, 4)],
-                     "improved": low > 0, "fit_wall_s": run["wall_s"]}
-    return out
+        v = run["validations"]
+        t = paired([outcomes(v[0])], [outcomes(v[-1])])["per_seed"][0]
+        lines.append(f"| {name} | " + " | ".join(f"{x['successes']}/{x['episodes']}" for x in v)
+                     + f" | {t['only_b']} / {t['only_a']}, p = {fmt_p(t['p_exact'])} |")
+    for a, b in combinations(runs, 2):
+        t = paired([outcomes(runs[a]["validations"][-1])], [outcomes(runs[b]["validations"][-1])])["per_seed"][0]
+        lines.append(f"| {b} vs {a}, final | | | | only {b} / only {a}: {t['only_b']} / {t['only_a']}, "
+                     f"p = {fmt_p(t['p_exact'])} |")
+    return "\n".join(lines)
 
 
-def plot(runs: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+def print_tables(result: dict[str, Any]) -> None:
+    for table in (runs_table, methods_table, pairwise_table, iterations_table):
+        print(table(result), end="\n\n")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Mean success over seeds per method and checkpoint, ± 1 SE band; test-panel points filled."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for k, (name, run) in enumerate(runs.items()):
-        vals = run["validations"]
-        x = [v["iteration"] + 0.12 * (k - (len(runs) - 1) / 2) for v in vals]  # side by side, not on top
-        y = [v["success"] for v in vals]
-        err = [[v["success"] - v["ci95"][0] for v in vals], [v["ci95"][1] - v["success"] for v in vals]]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=name)
+    for m, x in result["methods"].items():
+        cps = x["checkpoints"]
+        it = [c["iteration"] for c in cps]
+        mean = [c["mean"] for c in cps]
+        se = [c["se"] or 0.0 for c in cps]
+        line, = ax.plot(it, mean, label=f"{m} ({len(x['seeds'])} seeds)")
+        ax.fill_between(it, [a - b for a, b in zip(mean, se)], [a + b for a, b in zip(mean, se)],
+                        color=line.get_color(), alpha=0.15)
+        for c in cps:
+            ax.plot(c["iteration"], c["mean"], "o", color=line.get_color(),
+                    fillstyle="full" if c["panel"] == "test" else "none")
+    test = len(result["panels"]["test"])
     ax.set_xlabel("iteration")
-    ax.set_ylabel("validation success (95 % Wilson interval)")
+    ax.set_ylabel("validation success (mean over seeds ± SE)")
     ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(f"filled: test panel ({test} games), open: dev panel ({len(result['panels']['dev'])} games)",
+                 fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def table(result: dict[str, Any]) -> str:
-    """The Markdown table docs/learning.md shows: per run, success at each validation with its
-    Wilson interval, the change with Newcombe's, training success and SCPO credit per iteration."""
-    head = [f"iteration {v['iteration']}" for v in next(iter(result["runs"].values()))["validations"]]
-    lines = ["| run | " + " | ".join(head) + " | change [95 % CI] | train success per iteration "
-             "| SCPO credited steps / failed sibling | buffer references | fit wall time |",
-             "|---" * (len(head) + 6) + "|"]
-    for name, run in result["runs"].items():
-        cells = [f"{v['successes']}/{v['episodes']} = {v['success']:.3f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]"
-                 for v in run["validations"]]
-        s = result["summary"][name]
-        its = run["iterations"]
-        scpo = [it.get("scpo") or {} for it in its]
-        credit = " / ".join(f"{x.get('credited_steps_per_failed', 0.0):.2f}" for x in scpo) if any(scpo) else "–"
-        buffered = (" / ".join(f"{x.get('groups_with_buffer_reference', 0.0):.0f}" for x in scpo)
-                    if any("groups_with_buffer_reference" in x for x in scpo) else "–")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {s['change']:+.3f} [{s['change_ci95'][0]:+.2f}, "
-                     f"{s['change_ci95'][1]:+.2f}] | " + " / ".join(f"{it['success']:.2f}" for it in its)
-                     + f" | {credit} | {buffered} | {run['wall_s'] / 60:.1f} min |")
-    return "\n".join(lines)

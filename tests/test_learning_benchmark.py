@@ -1,5 +1,5 @@
-"""benchmarks.learning: its interval arithmetic against published values, and a smoke run of the
-whole comparison (three methods through the app's own CLI) on the tiny model."""
+"""benchmarks.learning: seeds that mean something, disjoint frozen panels, per-run files that
+accumulate, and the report; smoke runs on the tiny model through the app's own CLI."""
 
 from __future__ import annotations
 
@@ -7,68 +7,110 @@ import json
 
 import pytest
 
-from benchmarks.learning import main
-from benchmarks.learning_report import newcombe, table, wilson
+from benchmarks.common import read_yaml
+from benchmarks.learning import CONFIG, UNCOMPARED, main
+from benchmarks.learning_report import methods_table, pairwise_table, runs_table
+from benchmarks.learning_run import SIMILARITY, TEST_PANELS, panels, run_config
 from tests.conftest import require
 
-
-def test_wilson_interval_matches_hand_computation():
-    # 5/10, z = 1.96: centre (0.5 + z²/20) / (1 + z²/10) = 0.5; half-width
-    # z·sqrt(0.025 + z²/400) / (1 + z²/10) = 1.96 · 0.18602 / 1.38415 = 0.26341 -> [0.2366, 0.7634].
-    low, high = wilson(5, 10)
-    assert low == pytest.approx(0.236593, abs=1e-6) and high == pytest.approx(0.763407, abs=1e-6)
-    # 0/10 keeps its lower end at 0 and its upper end at z² / (n + z²) = 3.8415 / 13.8415 = 0.27753.
-    assert wilson(0, 10) == pytest.approx((0.0, 0.277533), abs=1e-6)
-    assert wilson(10, 10)[1] == pytest.approx(1.0) and wilson(0, 0) == (0.0, 1.0)
+#: The frozen ALFWorld test panel: a change to its games changes this hash (and must not happen
+#: once the grid has read it).
+TEST_PANEL_SHA256 = "652f5d4a74c4c3b629c7d27768b241ee7df71b4e567e17a668640b1d827e8239"
 
 
-def test_newcombe_difference_matches_his_worked_example():
-    # Newcombe (1998), Statistics in Medicine 17:873, his worked example 56/70 vs 48/80:
-    # difference 0.2, method 10 (hybrid score) interval [0.0524, 0.3339].
-    low, high = newcombe(48, 80, 56, 70)
-    assert low == pytest.approx(0.0524, abs=5e-5) and high == pytest.approx(0.3339, abs=5e-5)
-    # No change: an interval symmetric around 0.
-    low, high = newcombe(20, 64, 20, 64)
-    assert low == pytest.approx(-high) and low < 0 < high
+def smoke(tmp_path, *args: str) -> dict:
+    require("peft", extra="lora")
+    require("statsmodels", extra="dev")
+    return main(["--smoke", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning.json"), *args])
+
+
+def compared(path) -> dict:
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in UNCOMPARED}
+
+
+def test_the_run_seed_reaches_every_seed_and_the_method_only_its_settings():
+    base = read_yaml(CONFIG)
+    cfg = run_config("scpo_lexical", 7, base)
+    scpo = [cb for cb in cfg["trainer"]["callbacks"] if cb["class_path"].endswith("SCPOCallback")]
+    assert cfg["seed_everything"] == cfg["data"]["seed"] == scpo[0]["init_args"]["seed"] == 7
+    assert scpo[0]["init_args"]["scorer"] == "lexical" and cfg["model"]["estimator"] == "gigpo"
+    plain = run_config("gigpo_similarity", 7, base)
+    assert plain["model"]["estimator"] == SIMILARITY
+    assert not any(cb["class_path"].endswith("SCPOCallback") for cb in plain["trainer"]["callbacks"])
+    assert base["data"].get("seed") is None  # the recipe itself is left as it was
+
+
+def test_alfworld_panels_are_disjoint_and_the_test_panel_is_frozen():
+    got = panels(read_yaml(CONFIG))
+    ids = got["ids"]
+    assert [len(ids[k]) for k in ("train", "dev", "test")] == [8, 64, 128]
+    assert not (set(ids["train"]) | set(ids["dev"])) & set(ids["test"]) and not set(ids["train"]) & set(ids["dev"])
+    assert got["test_sha256"] == TEST_PANEL_SHA256
+
+
+def test_overlapping_panels_are_refused(monkeypatch):
+    cfg = read_yaml(CONFIG)
+    cfg["data"].update(env="corridor", env_options={"rooms": 3}, val_split="valid", val_episodes=4)
+    monkeypatch.setitem(TEST_PANELS, "corridor", {"splits": ["valid"], "start": 2, "episodes": 4})
+    with pytest.raises(ValueError, match="panels dev and test share 2 games"):
+        panels(cfg)
 
 
 @pytest.mark.slow
-def test_smoke_run_trains_every_method_from_the_same_start(tmp_path):
-    require("peft", extra="lora")
+def test_same_seed_twice_gives_the_same_result_file_and_a_done_run_is_skipped(tmp_path):
+    smoke(tmp_path, "--methods", "scpo")
+    path = tmp_path / "runs" / "scpo_seed0.json"
+    first = compared(path)
+    assert smoke(tmp_path, "--methods", "scpo") == {}  # same config hash: skipped
+    # Again from scratch, iteration 0 measured again and checked against the shared one.
+    smoke(tmp_path, "--methods", "scpo", "--force", "--no-shared-zero")
+    assert compared(path) == first
+    assert [v["panel"] for v in first["validations"]] == ["test", "dev", "test"]
+    assert [len(it["tasks"]) for it in first["iterations"]] == [2, 2]
+
+
+@pytest.mark.slow
+def test_two_seeds_give_different_task_streams_and_episodes(tmp_path):
+    runs = smoke(tmp_path, "--methods", "gigpo", "--seeds", "0", "1")
+    a, b = runs["gigpo_seed0"], runs["gigpo_seed1"]
+    assert [it["tasks"] for it in a["iterations"]] != [it["tasks"] for it in b["iterations"]]
+    assert all(x["actions_sha256"] != y["actions_sha256"] for x, y in zip(a["iterations"], b["iterations"]))
+    assert a["validations"][0]["actions_sha256"] != b["validations"][0]["actions_sha256"]
+    assert a["panels"] == b["panels"]  # the panels do not depend on the seed
+    assert a["config_sha256"] != b["config_sha256"] and a["recipe_sha256"] == b["recipe_sha256"]
+
+
+@pytest.mark.slow
+def test_every_grid_method_from_the_same_start_and_the_report(tmp_path):
     require("matplotlib", extra="dev")
-    out = tmp_path / "learning.json"
-    result = main(["--smoke", "--no-shared-zero", "--out", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert (tmp_path / "learning.png").stat().st_size > 0
-    runs = result["runs"]
-    assert sorted(runs) == ["gigpo_seed0", "grpo_seed0", "scpo_seed0"]
-    # Same policy, games and sampling seed: iteration 0 is the same for every method, which is
-    # what lets the published run measure it once per seed.
-    zero = [run["validations"][0]["outcomes"] for run in runs.values()]
-    assert zero[0] == zero[1] == zero[2] and len(zero[0]) == 4
+    methods = ["grpo", "gigpo", "gigpo_similarity", "scpo", "scpo_lexical"]
+    runs = smoke(tmp_path, "--methods", *methods, "--no-shared-zero")
+    # Same policy, games and sampling seed: iteration 0 is the same for every method, which is what
+    # lets a seed's first run measure it for all (--no-shared-zero checked each against it).
+    zero = [run["validations"][0] for run in runs.values()]
+    assert all(z == zero[0] for z in zero) and zero[0]["panel"] == "test"
     for name, run in runs.items():
-        assert [v["iteration"] for v in run["validations"]] == [0, 1, 2]
-        assert [it["iteration"] for it in run["iterations"]] == [1, 2]
-        assert ("scpo" in run["iterations"][0]) == (name == "scpo_seed0")  # SCPO's stats only where it ran
-        summary = result["summary"][name]
-        assert summary["change_ci95"][0] <= summary["change"] <= summary["change_ci95"][1]
-    # The docs' table: a header, a rule, a row per run with its three validations and SCPO's credit
-    # only where SCPO ran.
-    rows = table(result).splitlines()
-    assert len(rows) == 5 and rows[0].count("| iteration ") == 3
-    credit = {row.split(" | ")[0][2:]: row.split(" | ")[6] for row in rows[2:]}
-    assert credit["gigpo_seed0"] == credit["grpo_seed0"] == "–" and credit["scpo_seed0"].count(" / ") == 1
+        assert ("scpo" in run["iterations"][0]) == name.startswith("scpo")  # SCPO's stats only where it ran
+        assert 0.0 <= run["iterations"][0]["groups_with_success"] <= 1.0
+    result = main(["--report", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning.json")])
+    assert json.loads((tmp_path / "learning.json").read_text()) == json.loads(json.dumps(result))
+    assert (tmp_path / "learning.png").stat().st_size > 0
+    assert list(result["methods"]) == methods and len(result["pairwise"]) == 10
+    assert result["runs"]["gigpo_seed0"]["iterations"][1]["tasks"] == runs["gigpo_seed0"]["iterations"][1]["tasks"]
+    for table, rows in ((runs_table, 5), (methods_table, 5), (pairwise_table, 10)):
+        assert len(table(result).splitlines()) == rows + 2
+    # A run of another recipe in the folder is refused, never mixed in.
+    stale = tmp_path / "runs" / "grpo_seed0.json"
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "recipe_sha256": "older"}))
+    with pytest.raises(ValueError, match="runs of 2 recipes"):
+        main(["--report", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning.json")])
 
 
 @pytest.mark.slow
 def test_smoke_run_of_the_buffer_and_dynamic_sampling_methods(tmp_path):
-    require("peft", extra="lora")
-    require("matplotlib", extra="dev")
-    result = main(["--smoke", "--methods", "scpo_buffer", "gigpo_dynamic", "--out", str(tmp_path / "learning.json")])
-    runs = result["runs"]
+    runs = smoke(tmp_path, "--methods", "scpo_buffer", "gigpo_dynamic")
     assert sorted(runs) == ["gigpo_dynamic_seed0", "scpo_buffer_seed0"]
-    assert runs["gigpo_dynamic_seed0"]["iteration_0_shared"]  # validation does not depend on the method
-    assert result["method_settings"]["scpo_buffer"]["scpo"] == {"reference_source": "both"}
+    assert runs["scpo_buffer_seed0"]["settings"]["scpo"] == {"reference_source": "both"}
     for it in runs["scpo_buffer_seed0"]["iterations"]:  # the buffer's stats where it ran, no sampling counts
         assert {"groups_with_buffer_reference", "buffer_size", "buffer_hit_rate"} <= set(it["scpo"])
         assert "sampling" not in it
