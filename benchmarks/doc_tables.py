@@ -1,0 +1,94 @@
+"""The Markdown tables of README.md and docs/*.md that come from result files, printed from them.
+
+A table in a doc sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``BLOCKS[NAME]``
+says which result file it comes from and which function prints it. ``--write`` rewrites every
+marked table from the committed results; ``tests/test_doc_tables.py`` fails on any difference.
+
+    python -m benchmarks.doc_tables           # list the tables that differ from their result files
+    python -m benchmarks.doc_tables --write   # rewrite them
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import learning_report, report
+from benchmarks.common import RESULTS
+
+DOCS = (Path("README.md"), Path("docs/learning.md"), Path("docs/numerics.md"), Path("docs/quickstart.md"),
+        Path("docs/benchmarks.md"))
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /table -->)", re.S)
+
+#: The rows of docs/numerics.md's one-step table: (variant, its label there).
+NUMERICS_ROWS = (("bf16_tied", "tied weights, bf16 autocast, bf16 logits (the quickstart before)"),
+                 ("bf16_grid", "weights snapped onto the bf16 grid, bf16 autocast, fp32 LM head"),
+                 ("fp32", "fp32, full fine-tuning"),
+                 ("fp32_lora16", "fp32, LoRA rank 16, weights frozen as loaded (the quickstart now)"))
+
+
+def numerics_one_step(r: dict[str, Any]) -> str:
+    """docs/numerics.md: k3 KL and |Δ log p| after one AdamW step per computation, advantages and lr."""
+    lines = ["| computation | advantages | lr | k3 KL per token | mean \\|Δ log p\\| | max \\|Δ log p\\| |",
+             "|---|---|---|---|---|---|"]
+    for variant, label in NUMERICS_ROWS:
+        first = True
+        for key, m in r["variants"][variant].items():
+            if "_advantages_lr_" in key:
+                kind, lr = key.split("_advantages_lr_")
+                lines.append(f"| {label if first else ''} | {kind} | {float(lr):.0e} | {m['k3_kl']:.2g} | "
+                             f"{m['mean_abs_dlogp']:.2g} | {m['max_abs_dlogp']:.2g} |")
+                first = False
+    return "\n".join(lines)
+
+
+#: name -> (result file under benchmarks/results, the function printing its table).
+BLOCKS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "learning-dev-3dd2314": ("learning_dev_3dd2314.json", learning_report.dev_history_table),
+    "learning-runs": ("learning.json", learning_report.runs_table),
+    "learning-methods": ("learning.json", learning_report.methods_table),
+    "learning-pairwise": ("learning.json", learning_report.pairwise_table),
+    "learning-iterations": ("learning.json", learning_report.iterations_table),
+    "numerics-one-step": ("numerics.json", numerics_one_step),
+    "benchmarks-numerics": ("numerics.json", report.numerics),
+}
+
+
+def render(name: str, results: Path = RESULTS) -> str:
+    if name not in BLOCKS:
+        raise KeyError(f"table {name!r} is not in benchmarks.doc_tables.BLOCKS ({', '.join(BLOCKS)})")
+    file, fn = BLOCKS[name]
+    return fn(json.loads((results / file).read_text()))
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(name, body) of every marked table in a doc."""
+    return [(m["name"], m["body"]) for m in BLOCK.finditer(text)]
+
+
+def rewrite(text: str, results: Path = RESULTS) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true", help="rewrite the tables that differ")
+    args = parser.parse_args(argv)
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text()
+        new = rewrite(text)
+        if new != text:
+            stale.append(str(doc))
+            if args.write:
+                doc.write_text(new)
+    print(("rewrote " if args.write else "differ from their result files: ") + (", ".join(stale) or "none"))
+    return stale
+
+
+if __name__ == "__main__":
+    main()
