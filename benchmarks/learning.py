@@ -84,16 +84,17 @@ def run_one(method: str, seed: int, base: dict[str, Any], pan: dict[str, Any], a
     zero = json.loads(zero_path.read_text()) if zero_path.exists() else None
     zero = zero if zero is not None and zero["sha256"] == zero_hash else None
     measure = zero is None or args.no_shared_zero
-    folder = Path(tempfile.mkdtemp(prefix="learning_run_"))
-    config = folder / f"{method}_seed{seed}.yaml"
-    config.write_text(json.dumps(cfg))  # JSON is YAML
     log = args.log_dir
     cli = [f"--trainer.max_epochs={args.iterations}", f"--trainer.check_val_every_n_epoch={args.val_every}",
            f"--trainer.num_sanity_val_steps={-1 if measure else 0}", f"--trainer.logger.init_args.save_dir={log.parent}",
            f"--trainer.logger.init_args.name={log.name}", f"--trainer.logger.init_args.version={method}_seed{seed}",
            *extra]
     recorder = Recorder(pan["specs"], args.dev)
-    started, wall = machine(), train_one(config, cli, recorder)
+    started = machine()
+    with tempfile.TemporaryDirectory(prefix="learning_run_") as folder:
+        config = Path(folder) / f"{method}_seed{seed}.yaml"
+        config.write_text(json.dumps(cfg))  # JSON is YAML; the result file holds it too (`config`)
+        wall = train_one(config, cli, recorder)
     validations = recorder.validations
     if measure:
         if zero is not None and zero["validation"] != validations[0]:
