@@ -5,7 +5,8 @@ instantiates everything a run would (module hyper-parameter checks, DataModule, 
 logger, strategy, trainer) but loads no model and starts nothing. A config error (a bad value,
 a data folder without a split the config uses) fails exactly as the real run would. What only
 this machine lacks (the model folder, the reranker, a data folder that does not exist here, the
-GPUs: things a real run stops at, one at a time) is listed instead, all at once, and the objects
+GPUs, an optional package a setting needs, such as vLLM for ``model.engine: vllm``: things a real
+run stops at, one at a time) is listed instead, all at once, and the objects
 are still checked with a stand-in: the exit status is 0 when the config itself is sound, so a
 recipe can be checked on a laptop before it goes to the GPU node.
 """
@@ -38,8 +39,8 @@ class _DryRunInstantiator:
     def __call__(self, class_type: type, *args: Any, **kwargs: Any) -> Any:
         try:
             return class_type(*args, **kwargs)
-        except MISSING as exc:
-            self.missing.append(f"{class_type.__name__}: {exc}")
+        except MISSING as exc:  # one class may lack several things (packages.Missing): each is listed
+            self.missing.extend(f"{class_type.__name__}: {p}" for p in getattr(exc, "problems", [exc]))
             return _Unavailable(class_type, str(exc))
 
 
