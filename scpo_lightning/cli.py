@@ -45,7 +45,15 @@ class _DryRunInstantiator:
 
 
 class SCPOCLI(LightningCLI):
-    """LightningCLI with a ``--dry_run`` flag for every subcommand."""
+    """LightningCLI with a ``--dry_run`` flag for every subcommand.
+
+    Subcommands: ``fit`` (train) and ``validate`` (the validation rollouts once, on the policy of
+    ``--ckpt_path`` or, without it, on ``model.policy`` as loaded). ``test`` and ``predict`` are
+    not offered: the app has no test split or prediction data beyond the validation episodes."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {name: args for name, args in LightningCLI.subcommands().items() if name in ("fit", "validate")}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--dry_run", type=bool, default=False,
@@ -113,7 +121,7 @@ class SCPOCLI(LightningCLI):
         if config.get("weights_only") is None:
             config["weights_only"] = True
 
-    before_validate = before_test = before_predict = before_fit
+    before_validate = before_fit
 
     def _accelerator(self) -> str:
         requested = self.config[self.subcommand]["trainer"].get("accelerator")
