@@ -2,7 +2,9 @@
 
 LightningCLI wires ``SCPOModule`` (policy, reference, PPO update) and ``RolloutDataModule``
 (environments, rollout loop); SCPO, logging, checkpointing and export are callbacks named in the
-YAML. Resume a killed run with ``--ckpt_path last``: checkpoints are written by
+YAML. ``python train.py validate --config <config> --ckpt_path <ckpt>`` plays the validation
+episodes once with a checkpoint's policy (without ``--ckpt_path``: ``model.policy`` as loaded);
+there is no ``test`` or ``predict``. Resume a killed run with ``--ckpt_path last``: checkpoints are written by
 ``AtomicCheckpointIO`` (write-then-rename), so a run killed mid-write keeps its previous one.
 A bad setting or missing data ends the command with its message and exit status 1, no traceback
 (``SCPO_DEBUG=1`` shows it: ``scpo_lightning/cli_errors.py``).

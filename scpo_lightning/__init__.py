@@ -1,1 +1,1 @@
-"""SCPO on Lightning: the credit math (pure), the Lightning application, rollout and scorers."""
+"""SCPO on PyTorch Lightning: the credit math (pure), the PyTorch Lightning application, rollout and scorers."""

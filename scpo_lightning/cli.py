@@ -5,7 +5,8 @@ instantiates everything a run would (module hyper-parameter checks, DataModule, 
 logger, strategy, trainer) but loads no model and starts nothing. A config error (a bad value,
 a data folder without a split the config uses) fails exactly as the real run would. What only
 this machine lacks (the model folder, the reranker, a data folder that does not exist here, the
-GPUs: things a real run stops at, one at a time) is listed instead, all at once, and the objects
+GPUs, an optional package a setting needs, such as vLLM for ``model.engine: vllm``: things a real
+run stops at, one at a time) is listed instead, all at once, and the objects
 are still checked with a stand-in: the exit status is 0 when the config itself is sound, so a
 recipe can be checked on a laptop before it goes to the GPU node.
 """
@@ -38,13 +39,21 @@ class _DryRunInstantiator:
     def __call__(self, class_type: type, *args: Any, **kwargs: Any) -> Any:
         try:
             return class_type(*args, **kwargs)
-        except MISSING as exc:
-            self.missing.append(f"{class_type.__name__}: {exc}")
+        except MISSING as exc:  # one class may lack several things (packages.Missing): each is listed
+            self.missing.extend(f"{class_type.__name__}: {p}" for p in getattr(exc, "problems", [exc]))
             return _Unavailable(class_type, str(exc))
 
 
 class SCPOCLI(LightningCLI):
-    """LightningCLI with a ``--dry_run`` flag for every subcommand."""
+    """LightningCLI with a ``--dry_run`` flag for every subcommand.
+
+    Subcommands: ``fit`` (train) and ``validate`` (the validation rollouts once, on the policy of
+    ``--ckpt_path`` or, without it, on ``model.policy`` as loaded). ``test`` and ``predict`` are
+    not offered: the app has no test split or prediction data beyond the validation episodes."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {name: args for name, args in LightningCLI.subcommands().items() if name in ("fit", "validate")}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--dry_run", type=bool, default=False,
@@ -112,7 +121,7 @@ class SCPOCLI(LightningCLI):
         if config.get("weights_only") is None:
             config["weights_only"] = True
 
-    before_validate = before_test = before_predict = before_fit
+    before_validate = before_fit
 
     def _accelerator(self) -> str:
         requested = self.config[self.subcommand]["trainer"].get("accelerator")

@@ -18,7 +18,6 @@ ranks agree on every retry, and the counts in ``batch.sampling_stats`` cover all
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from typing import Any
 
@@ -31,6 +30,7 @@ from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
+from scpo_lightning.packages import check_all, require
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
 from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
 
@@ -40,11 +40,8 @@ def check_worker_backend(backend: str, address: str | None, workers: int) -> Non
     if backend == "process" and address is not None:
         raise ValueError(f"data.ray_address={address!r} is set but data.worker_backend is 'process'; "
                          "set data.worker_backend: ray or remove data.ray_address")
-    if backend == "ray":
-        if workers < 1:
-            raise ValueError("data.worker_backend: ray needs data.workers >= 1 (0 steps all envs in this process)")
-        if importlib.util.find_spec("ray") is None:
-            raise ImportError("data.worker_backend: ray needs the `ray` package: pip install -e '.[ray]'")
+    if backend == "ray" and workers < 1:
+        raise ValueError("data.worker_backend: ray needs data.workers >= 1 (0 steps all envs in this process)")
 
 
 class _Rollouts(IterableDataset):
@@ -114,9 +111,14 @@ class RolloutDataModule(L.LightningDataModule):
         env_options = dict(env_options or {})
         if self.spec.step_limit is not None:
             env_options[self.spec.step_limit] = self.rollout.max_steps
-        # The env's own options, then the splits this run plays (a missing dataset: listed by --dry_run).
-        self.env_factory = make_env_factory(env, env_options)
-        check_splits(env, env_options, train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
+        # The env's own options, then the splits this run plays (a missing dataset: listed by --dry_run),
+        # and Ray's package: everything this machine lacks is raised together (packages.check_all).
+        def env_checks() -> None:
+            self.env_factory = make_env_factory(env, env_options)
+            check_splits(env, env_options, train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
+
+        check_all(env_checks, lambda: worker_backend != "ray" or require("data.worker_backend=ray", "ray",
+                                                                          "pip install -e '.[ray]'"))
         self.env, self.env_options = env, env_options
         self.groups_per_batch, self.group_size = groups_per_batch, group_size
         self.train_split, self.val_start_index = train_split, val_start_index

@@ -10,7 +10,7 @@ live with their definitions in ``scpo_lightning/metrics.py``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,6 +25,16 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+#: Called by ``finish`` after the last barrier, before the default group is destroyed (``before_finish``).
+_CLOSERS: list[Callable[[], None]] = []
+
+
+def before_finish(close: Callable[[], None]) -> None:
+    """Register ``close`` to run in ``finish`` while the default process group still exists (an
+    engine's own process groups must be destroyed before it: vLLM's are, ``engines/vllm.py``)."""
+    _CLOSERS.append(close)
+
+
 def finish() -> None:
     """Let all ranks end together and close the process group (no-op on one process).
 
@@ -34,7 +44,10 @@ def finish() -> None:
     """
     if is_distributed():
         dist.barrier()
-        dist.destroy_process_group()
+        while _CLOSERS:
+            _CLOSERS.pop()()
+        if dist.is_initialized():  # a closer may have destroyed it with its own groups
+            dist.destroy_process_group()
 
 
 def all_reduce(values: Sequence[float], op: str, device: torch.device | str = "cpu") -> list[float]:

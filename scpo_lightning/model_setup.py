@@ -46,6 +46,9 @@ def bf16_compute(trainer_precision: str, torch_dtype: str, engine: str, generati
             or torch_dtype == "bfloat16")
 
 
+LORA_INSTALL = "pip install -e '.[lora]'"
+
+
 def with_lora(policy: torch.nn.Module, rank: int, seed: int) -> torch.nn.Module:
     """``policy`` wrapped with LoRA adapters of ``rank`` on every linear layer (peft).
 
@@ -55,7 +58,7 @@ def with_lora(policy: torch.nn.Module, rank: int, seed: int) -> torch.nn.Module:
     try:
         import peft
     except ImportError as exc:
-        raise ImportError("model.lora_rank > 0 needs peft: pip install -e '.[lora]'") from exc
+        raise ImportError(f"model.lora_rank > 0 needs peft: {LORA_INSTALL}") from exc
     config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

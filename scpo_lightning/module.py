@@ -22,11 +22,12 @@ import torchmetrics
 
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_module
-from scpo_lightning.engines.factory import make_engine
+from scpo_lightning.engines.factory import check_engine_installed, make_engine
 from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
-from scpo_lightning.model_setup import bf16_compute, data_parallel_mesh, with_lora
+from scpo_lightning.model_setup import LORA_INSTALL, bf16_compute, data_parallel_mesh, with_lora
+from scpo_lightning.packages import check_all, require
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.ppo_epoch import run_epoch
 from scpo_lightning.precision import prepare_weights
@@ -37,6 +38,13 @@ from scpo_lightning.sharding import gathered, is_sharded, shard
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 # Validation creates a metric per task family up front; a family without episodes computes NaN, left out.
 warnings.filterwarnings("ignore", message=r".*MeanMetric was called before the ``update`` method.*")
+
+
+def _check_policy(policy: str) -> None:
+    try:
+        check_model_source(policy)
+    except (FileNotFoundError, ImportError) as exc:
+        raise type(exc)(f"model.policy: {exc}") from None
 
 
 class SCPOModule(L.LightningModule):
@@ -116,12 +124,11 @@ class SCPOModule(L.LightningModule):
     ):
         super().__init__()
         check_module(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
-        try:
-            check_model_source(policy)  # fail before anything loads
-        except (FileNotFoundError, ImportError) as exc:
-            raise type(exc)(f"model.policy: {exc}") from None
-        self.save_hyperparameters()
         self.estimator = build_estimator(estimator)
+        # What this machine may lack, all of it (--dry_run lists each): the model, the engine's package, peft.
+        check_all(lambda: _check_policy(policy), lambda: check_engine_installed(engine),
+                  lambda: lora_rank == 0 or require(f"model.lora_rank={lora_rank}", "peft", LORA_INSTALL))
+        self.save_hyperparameters()
         self.automatic_optimization = False
         self.policy: torch.nn.Module | None = None
         # The frozen reference is the initial policy, not training state: it is held outside the

@@ -19,8 +19,9 @@ rank. Printed per rank, and written to ``<out>/gpu_check.json``:
   scoring, PPO steps): seconds, rows/s, tokens/s, peak memory (CUDA: the allocator's peak; CPU:
   the process's peak RSS so far);
 - the rollout-vs-train log-prob mismatch: after the update, vLLM samples free-mode responses to
-  the iteration's prompts and the trainer recomputes their log-probs (mean and max |diff|);
-  it is small only if vLLM received the updated weights;
+  the iteration's prompts and the trainer recomputes their log-probs (mean and max |diff|, k3);
+  it is small only if vLLM received the updated weights; a k3 above ``TIS_K3`` prints the
+  rollout correction to turn on (the recipes train with ``rollout_correction: none``, as published);
 - the shaper's share of the iteration (planning + waiting for scores) and the scorer's own time.
 
 Any failure (an exception, a rank without an optimizer step, the scorer scoring nothing, a
@@ -50,6 +51,10 @@ import torch  # noqa: E402
 #: to ~1e-6, tests/vllm_check.py); bf16 on GPU (vLLM's kernels vs the trainer's autocast: a few
 #: 1e-2 is usual; stale weights after the update show as ~1 and more).
 MISMATCH_LIMIT = {"cpu": 1e-4, "cuda": 0.2}
+#: Above this rollout-vs-train k3 per token the GPU recipes should turn the rollout correction on
+#: (docs/numerics.md, "When to turn TIS on": 1.5x what bf16 rounding of the same weights gives).
+TIS_K3 = 1e-3
+TIS_SETTING = "{mode: tis, cap: 2.0}"
 MAX_POLICY_PARAMS = 2e9
 
 
@@ -134,19 +139,31 @@ def metered_rollouts(meter: PhaseMeter):
     return MeteredRollouts
 
 
-def measure_mismatch(module, prompts: list[list[int]], device: torch.device) -> dict[str, float]:
-    """vLLM's log-probs of fresh free-mode samples against the trainer's, after the update."""
+def measure_mismatch(module, prompts: list[list[int]], device: torch.device) -> dict[str, Any]:
+    """vLLM's log-probs of fresh free-mode samples against the trainer's, after the update: mean and
+    max |Δ log p| and k3 (``rollout/logprob_*`` in training), and whether k3 calls for TIS."""
     from scpo_lightning.engines.base import SamplingParams
-    from scpo_lightning.logprobs import response_logprobs
+    from scpo_lightning.logprobs import mismatch_sums, response_logprobs
 
     gens = module.engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=32, seed=5))
     autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     with torch.no_grad(), autocast:
         logp, _, mask = response_logprobs(module.policy, prompts, [g.token_ids for g in gens],
                                           module.tokenizer.pad_token_id, 1.0, with_entropy=False, device=device)
-    diffs = torch.cat([(torch.tensor(g.policy_logprobs) - row[m.bool()].float().cpu()).abs()
-                       for g, row, m in zip(gens, logp, mask) if g.token_ids])
-    return {"tokens": int(diffs.numel()), "mean_abs": float(diffs.mean()), "max_abs": float(diffs.max())}
+    kept = [(torch.tensor(g.policy_logprobs), row[m.bool()].float().cpu()) for g, row, m in zip(gens, logp, mask)
+            if g.token_ids]
+    abs_sum, k3_sum, _, tokens, largest = mismatch_sums([r for r, _ in kept], [t for _, t in kept])
+    k3 = k3_sum / max(tokens, 1.0)
+    return {"tokens": int(tokens), "mean_abs": abs_sum / max(tokens, 1.0), "max_abs": largest, "k3": k3,
+            "tis_advised": k3 > TIS_K3}
+
+
+def tis_advice(mismatch: dict[str, Any]) -> str:
+    """One line on the rollout correction for this node's mismatch (docs/numerics.md, "When to turn TIS on")."""
+    state = (f"above {TIS_K3}: set model.rollout_correction: {TIS_SETTING} (commented in each GPU recipe)"
+             if mismatch["tis_advised"] else f"within {TIS_K3}: the recipes' rollout_correction none is fine")
+    return (f"rollout-vs-train mean |log-prob diff| {mismatch['mean_abs']:.3g}, max {mismatch['max_abs']:.3g}, "
+            f"k3 {mismatch['k3']:.3g} over {mismatch['tokens']} tokens; k3 {state}")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -258,6 +275,7 @@ def main() -> None:
     for r in summary.get("ranks", []):
         for name, phase in r["phases"].items():
             print(f"[gpu_check] rank {r['rank']} {name}: " + ", ".join(f"{k} {v}" for k, v in phase.items()))
+        print(f"[gpu_check] rank {r['rank']} {tis_advice(r['mismatch'])}")
     print(f"[gpu_check] {json.dumps(summary)}")
     failed = summary["failures"]
     print(f"[gpu_check] {'FAILED: ' + '; '.join(failed) if failed else 'passed'} in {summary['wall_s']} s; "

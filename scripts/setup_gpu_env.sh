@@ -47,8 +47,8 @@ run "$PIP vllm==0.33.0 torch==2.14.0 transformers==5.19.0"
 run "$PIP torch==2.14.0 transformers==5.19.0 lightning==2.6.6 'jsonargparse[signatures]==4.53.0' torchmetrics==1.9.0 \
   tensorboard==2.21.0 rich==15.0.0"
 # alfworld's fast-downward build calls `python` from PATH: it must be this venv's.
-run "PATH=$PWD/$VENV/bin:\$PATH $PIP torch==2.14.0 alfworld==0.4.2 textworld==1.7.0 bm25s==0.3.16 PyStemmer==3.1.0 \
-  rapidfuzz==3.14.6 flask==3.1.3"
+run "PATH=$PWD/$VENV/bin:\$PATH $PIP torch==2.14.0 alfworld==0.4.2 textworld==1.7.0 PyStemmer==3.1.0 \
+  flask==3.1.3"
 run "echo $PWD > \$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/scpo_lightning_repo.pth"
 # Everything a GPU run imports, and CUDA visible: a broken install fails here, not hours into a run.
 run "$VENV/bin/python -c 'import torch, vllm, lightning, transformers, callbacks.scpo, scpo_lightning.engines.vllm, \

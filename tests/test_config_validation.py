@@ -92,6 +92,9 @@ CASES = [
 def test_bad_setting_fails_at_construction_naming_field_and_fix(build, error, says, tmp_path, monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.cache/alfworld dataset to fall back on
+    import envs.webshop.config  # a checkout's own packages: tests/test_optional_packages.py
+
+    monkeypatch.setattr(envs.webshop.config, "CHECKOUT_PACKAGES", ())
     with pytest.raises(error) as info:
         build(tmp_path)
     message = str(info.value)

@@ -36,7 +36,7 @@ def webshop_accepts(action: str, admissible: list[str]) -> bool:
 
 @pytest.fixture(scope="module")
 def webshop_env():
-    require("bm25s", extra="webshop")
+    require("Stemmer", extra="webshop")
     return make_env_factory("webshop", {"max_steps": 10**6})()
 
 

@@ -65,11 +65,14 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
     assert steps[1]["kl"] < 1e-3
     # The sampler's own log-probs of π: the trainer's where both compute in fp32, up to the order of
     # fp32 sums (incremental decoding vs one forward). This peaked model amplifies that order through
-    # its layers: 1.2e-4 on one Xeon here (the standard tiny model stays <= 1e-4,
-    # tests/test_rollout_logprobs.py); a bf16 sampler is off by far more (the metric sees it: a max
-    # over the sampled tokens: 1.19 here).
-    diff = module.last_metrics["rollout/logprob_diff_max"]
-    assert diff <= 1e-3 if generation is None else 1e-2 < diff < 10.0
+    # its layers: mean 9.2e-6, max 9.5e-5 here (1.2e-4 max on another Xeon; the standard tiny model
+    # stays <= 1e-4, tests/test_rollout_logprobs.py); a bf16 sampler is off by far more (the metric
+    # sees it: a max over the sampled tokens: 1.19 here).
+    diff, mean = module.last_metrics["rollout/logprob_diff_max"], module.last_metrics["rollout/logprob_diff_mean"]
+    if generation is None:
+        assert diff <= 3e-4 and mean <= 3e-5
+    else:
+        assert 1e-2 < diff < 10.0
 
 
 def _fit_one_iteration(tmp_path, **module_kw) -> SCPOModule:

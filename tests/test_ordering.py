@@ -1,11 +1,13 @@
 """Karmarkar–Karp balanced processing order (SPEC §3.7 as amended in scpo_lightning/ordering.py).
 
-The comparison with the published function needs verl-agent 796ed31's
-verl/utils/seqlen_balancing.py at the path in $VERL_SEQLEN_BALANCING (benchmarks/balanced_order.py
-says how to get it); without it those tests skip and the hand-derived cases below stand alone.
+The comparison with the published function reads verl-agent 796ed31's
+verl/utils/seqlen_balancing.py: the path in $VERL_SEQLEN_BALANCING, else the copy in the shared
+fixtures (``../shared/fixtures/verl-agent-796ed31/``, beside the checkout; benchmarks/balanced_order.py
+says how to get the file). Without either those tests skip and the hand-derived cases below stand alone.
 """
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scpo_lightning.ordering import karmarkar_karp, processing_order, trajectory_major
+from tests.conftest import SHARED_FIXTURES
+
+#: verl-agent 796ed31's balancer in the shared fixtures; $VERL_SEQLEN_BALANCING overrides it.
+FIXTURE = SHARED_FIXTURES / "verl-agent-796ed31" / "verl" / "utils" / "seqlen_balancing.py"
 
 STEP_MAJOR = dict(traj_ids=[0, 1, 0, 1], steps=[0, 0, 1, 1])  # two trajectories of two steps, lock-step
 
@@ -141,11 +147,20 @@ def test_balances_token_sums():
     assert max(chunk_sums) - min(chunk_sums) > max(sums) - min(sums)
 
 
+def published_source() -> Path | None:
+    """$VERL_SEQLEN_BALANCING when set (a path that is not there fails), else the fixture if present."""
+    path = os.environ.get("VERL_SEQLEN_BALANCING")
+    if path:
+        assert Path(path).is_file(), f"VERL_SEQLEN_BALANCING={path} is not a file"
+        return Path(path)
+    return FIXTURE if FIXTURE.is_file() else None
+
+
 @pytest.fixture(scope="module")
 def published():
-    path = os.environ.get("VERL_SEQLEN_BALANCING")
-    if not path:
-        pytest.skip("set VERL_SEQLEN_BALANCING to verl-agent 796ed31's verl/utils/seqlen_balancing.py")
+    path = published_source()
+    if path is None:
+        pytest.skip(f"verl-agent 796ed31's seqlen_balancing.py is neither at {FIXTURE} nor in $VERL_SEQLEN_BALANCING")
     from benchmarks.balanced_order import load_published
 
     return load_published(path)
@@ -189,3 +204,12 @@ def test_shaper_takes_failed_steps_in_the_published_order_on_recorded_batches(pu
                 np.testing.assert_array_equal(block.rows[block.order], block.rows[np.argsort(rank[block.rows])])
                 checked += 1
     assert checked > 0
+
+
+def test_the_published_file_is_the_shared_fixture_unless_the_variable_names_another(monkeypatch, tmp_path):
+    monkeypatch.delenv("VERL_SEQLEN_BALANCING", raising=False)
+    assert published_source() == (FIXTURE if FIXTURE.is_file() else None)
+    other = tmp_path / "seqlen_balancing.py"
+    other.write_text("")
+    monkeypatch.setenv("VERL_SEQLEN_BALANCING", str(other))
+    assert published_source() == other

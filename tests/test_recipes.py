@@ -101,3 +101,19 @@ def test_dry_run_checks_scpo_values_although_the_reranker_is_missing(monkeypatch
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ValueError, match="SCPOCallback.theta"):
         train.main(["fit", "--config", str(tmp_path / "bad.yaml"), "--dry_run", "true"])
+
+
+TIS_LINE = "  # rollout_correction: {mode: tis, cap: 2.0}"
+
+
+@pytest.mark.parametrize("config", RECIPES, ids=lambda c: c.stem)
+def test_gpu_recipes_ship_the_tis_setting_commented_and_it_builds(config, capsys, monkeypatch, tmp_path):
+    """Off as published (docs/numerics.md, "When to turn TIS on"); uncommented, the recipe is valid."""
+    monkeypatch.chdir(tmp_path)
+    text = config.read_text()
+    assert yaml.safe_load(text)["model"]["engine"] == "vllm" and "rollout_correction" not in yaml.safe_load(text)["model"]
+    assert text.count(TIS_LINE + "\n") == 1
+    (tmp_path / "tis.yaml").write_text(text.replace(TIS_LINE, TIS_LINE.replace("# ", "", 1)))
+    train.main(["fit", "--config", str(tmp_path / "tis.yaml"), "--dry_run", "true"])
+    assert "[dry run] config valid" in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "tis.yaml").read_text())["model"]["rollout_correction"] == {"mode": "tis", "cap": 2.0}

@@ -141,7 +141,7 @@ def test_a_backend_whose_package_is_missing_names_the_other(monkeypatch, tmp_pat
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "FlagEmbedding" else real(name, *a))
-    with pytest.raises(ImportError, match=r"backend=flagembedding needs FlagEmbedding.*scorer_options\.backend: transformers"):
+    with pytest.raises(ImportError, match=r"backend=flagembedding needs `FlagEmbedding`.*scorer_options\.backend: transformers"):
         SCPOCallback(scorer="bge", scorer_options={"model_dir": str(tmp_path)})
     with pytest.raises(ValueError, match=r"scorer_options\.backend='flag'"):
         SCPOCallback(scorer="bge", scorer_options={"model_dir": str(tmp_path), "backend": "flag"})

@@ -21,7 +21,7 @@ from tests.test_cli import ROOT, quickstart_on_corridor
 # --------------------------------------------------------------------------- the shop's server
 def test_webshop_site_binds_localhost_unless_told(monkeypatch):
     require("flask", extra="webshop")
-    require("bm25s", extra="webshop")
+    require("Stemmer", extra="webshop")
     import flask
 
     from envs.webshop import site
@@ -156,7 +156,7 @@ def _texts(marker: Path) -> list[str]:
                                           ("alfworld", {"source": "generated", "size": "small"})])
 def test_env_steps_never_run_model_text(env, options, tmp_path):
     if env != "corridor":
-        require({"webshop": "bm25s", "alfworld": "alfworld"}[env], extra=env)
+        require({"webshop": "Stemmer", "alfworld": "alfworld"}[env], extra=env)
     if env == "alfworld":
         options = {**options, "cache_dir": str(tmp_path / "games")}
     marker = tmp_path / "model-text-ran"

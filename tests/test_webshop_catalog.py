@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import require
 
-require("rapidfuzz", extra="webshop")
+require("Stemmer", extra="webshop")
 
 from envs.webshop.catalog import (  # noqa: E402
     ATTRIBUTES_FILE,

@@ -9,8 +9,7 @@ import pytest
 
 from tests.conftest import require
 
-require("bm25s", extra="webshop")
-require("rapidfuzz", extra="webshop")
+require("Stemmer", extra="webshop")
 
 from envs.base import TextEnv  # noqa: E402
 from envs.webshop.config import WebShopConfig  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require
 
-require("rapidfuzz", extra="webshop")
+require("Stemmer", extra="webshop")
 
 from envs.webshop.config import WebShopConfig  # noqa: E402
 from envs.webshop.env import make_webshop_env  # noqa: E402
@@ -80,6 +80,14 @@ def _checkout(root, data=True):
             (root / "data" / name).write_text("[]")
         (root / "search_engine" / "indexes_1k").mkdir(parents=True)
     return root
+
+
+@pytest.fixture(autouse=True)
+def _stand_in_needs_no_webshop_packages(monkeypatch):
+    """The stand-in checkout imports nothing of WebShop's (tests/test_optional_packages.py checks them)."""
+    import envs.webshop.config
+
+    monkeypatch.setattr(envs.webshop.config, "CHECKOUT_PACKAGES", ())
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 CHECKOUT = os.environ.get("WEBSHOP_CHECKOUT")
-NEEDED = ("spacy", "thefuzz", "bs4", "gym", "cleantext", "rank_bm25", "flask", "rich", "torch", "bm25s")
+NEEDED = ("spacy", "thefuzz", "bs4", "gym", "cleantext", "rank_bm25", "flask", "rich", "torch", "Stemmer")
 if not CHECKOUT or not (Path(CHECKOUT) / "web_agent_site").is_dir():
     pytest.skip("set WEBSHOP_CHECKOUT to a WebShop checkout to run its own code", allow_module_level=True)
 _missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import require
 
-require("rapidfuzz", extra="webshop")
+require("Stemmer", extra="webshop")
 
 from envs.webshop.catalog import Goal, Product  # noqa: E402
 from envs.webshop.config import env_reward  # noqa: E402

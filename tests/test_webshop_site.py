@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import require
 
 require("flask", extra="webshop")
-require("bm25s", extra="webshop")
+require("Stemmer", extra="webshop")
 
 from werkzeug.serving import make_server  # noqa: E402
 

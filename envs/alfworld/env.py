@@ -13,13 +13,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.alfworld.errors import AlfworldDataError, AlfworldDataMissing, import_alfworld
+from envs.alfworld.errors import ENGINE_PACKAGES, AlfworldDataError, AlfworldDataMissing, import_alfworld
 from envs.alfworld.games import FamilySubset, GameRef, GameSource, GeneratedGames
 from envs.alfworld.generator import SIZES
 from envs.alfworld.vocab import FAMILIES
 from envs.alfworld.real_data import LAYOUT_HINT, RealGames
 from envs.base import Reset, TextEnv, Transition
 from scpo_lightning.config_checks import TEXT, check, count, optional
+from scpo_lightning.packages import check_all, require
 
 NOTHING_HAPPENS = "Nothing happens."
 TASK_MARKER = "Your task is to: "
@@ -73,8 +74,10 @@ class AlfworldConfig:
         if self.data_path is not None and self.source == "generated":
             raise ValueError(f"AlfworldConfig.data_path={self.data_path!r} is set but source='generated' never "
                              "reads it; remove data_path, or set source: real to play the dataset")
-        if self.source != "generated":
-            choose_source(self)  # a missing or wrong dataset folder fails here, at start-up
+        # The engine's packages and a dataset folder that is missing or wrong fail here, at start-up,
+        # together (--dry_run lists each).
+        check_all(lambda: require("data.env=alfworld", ENGINE_PACKAGES, "pip install -e '.[alfworld]'"),
+                  lambda: self.source == "generated" or choose_source(self))
 
 
 def check_data_dir(path: Path, field: str, fix: str) -> Path:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib
 
+#: The real engine's packages (the `alfworld` extra), checked at start-up by AlfworldConfig.
+ENGINE_PACKAGES = ("alfworld", "textworld", "fast_downward")
+
 
 class AlfworldNotInstalled(ImportError):
     """alfworld / textworld (the real engine) are not importable."""

@@ -7,11 +7,16 @@ from pathlib import Path
 
 from envs.webshop.catalog import CATALOG_FILES
 from scpo_lightning.config_checks import FLAG, TEXT, check, count, number, optional
+from scpo_lightning.packages import check_all, require
 
 REWARD_MODES = ("binary", "graded")
 SEARCH_BACKENDS = ("bm25s", "pyserini")
 #: A real WebShop's ``num_products`` -> its search index folder under ``search_engine/``.
 INDEX_DIRS = {None: "indexes", 100: "indexes_100", 1000: "indexes_1k", 100000: "indexes_100k"}
+#: What a real checkout's code imports beyond the project's own packages (docs/webshop.md; its
+#: search engine's pyserini and spaCy's en_core_web_sm model are loaded by WebShop itself).
+CHECKOUT_PACKAGES = ("spacy", "thefuzz", "bs4", "gym", "cleantext", "rank_bm25", "flask", "rich")
+CHECKOUT_INSTALL = "install the packages docs/webshop.md lists for a real checkout (not its requirements.txt)"
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,20 @@ class WebShopConfig:
                 f"WebShopConfig.search_backend={self.search_backend!r}: choose one of {SEARCH_BACKENDS}")
         if self.search_backend == "pyserini" and not self.pyserini_index:
             raise ValueError("WebShopConfig.search_backend='pyserini' needs pyserini_index (a folder path)")
-        # Paths are checked here, at start-up (envs.registry builds the config before any model
-        # loads), not when the first worker opens the shop.
+        # Packages and paths are checked here, at start-up (envs.registry builds the config before
+        # any model loads), not when the first worker opens the shop; --dry_run lists each missing one.
+        check_all(self._check_packages, self._check_paths)
+
+    def _check_packages(self) -> None:
+        if self.webshop_checkout:  # WebShop's own code runs, not the embedded shop
+            require("data.env_options.webshop_checkout", CHECKOUT_PACKAGES, CHECKOUT_INSTALL)
+        elif self.search_backend == "pyserini":
+            require("data.env_options.search_backend=pyserini", "pyserini", "pip install pyserini (Python >= 3.12, "
+                    "Java >= 21); or search_backend: bm25s")
+        else:
+            require("data.env=webshop", "Stemmer", "pip install -e '.[webshop]'")
+
+    def _check_paths(self) -> None:
         if self.webshop_checkout:
             check_checkout(Path(self.webshop_checkout).expanduser().resolve(), self.webshop_num_products)
         elif self.catalog_dir is not None:

@@ -9,6 +9,7 @@ from transformers import PreTrainedTokenizerBase
 
 from scpo_lightning.config_checks import check_keywords
 from scpo_lightning.engines.base import RolloutEngine
+from scpo_lightning.packages import require
 
 ENGINES = ("hf", "vllm")
 
@@ -43,3 +44,12 @@ def check_engine_options(name: str, options: dict[str, Any]) -> None:
     # the policy and tokenizer are given by the module, not by the config
     check_keywords("model.engine_options", f"the {name} engine", _engine_class(name), options,
                    given=("model", "policy", "tokenizer"))
+
+
+def check_engine_installed(name: str) -> None:
+    """The engine's own package is here (``model.engine: vllm`` needs vLLM): checked when the module
+    is built, before any model loads, so a run without it stops at start-up and --dry_run lists it."""
+    if name == "vllm":
+        from scpo_lightning.engines.vllm import VLLM_INSTALL
+
+        require("model.engine=vllm", "vllm", VLLM_INSTALL)

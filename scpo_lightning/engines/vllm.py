@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from scpo_lightning import distributed as _distributed
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams, check_generate_args
 from scpo_lightning.engines.constrained import candidate_token_ids
 from scpo_lightning.engines.hf import _as_id_list
@@ -192,7 +193,19 @@ class VLLMEngine(RolloutEngine):
         with _preserve_global_rng(param.device):
             self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
+        if distributed:
+            _distributed.before_finish(self.close)
         self.sync_weights()
+
+    def close(self) -> None:
+        """Destroy vLLM's process groups, then the default one (``distributed.finish`` calls it after
+        its last barrier). Left to vLLM's own hook at exit, that ran after the default group was gone
+        and printed ``ValueError: Invalid process group specified`` from a finaliser."""
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()  # vLLM's world group, and torch's default group
+        self._model_dir.cleanup()
 
     def state_dict(self) -> dict:
         """The engine's generator state, for exact resumption from a checkpoint."""

@@ -8,13 +8,14 @@ steps on plain transformers, so the scorer also works next to vLLM (transformers
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from scpo_lightning.packages import check_all, require
 
 #: ``scorer_options.backend`` -> the package it imports and how to install it.
 BACKENDS = {
@@ -29,16 +30,18 @@ def check_backend(backend: str) -> None:
         raise ValueError(f"scorer_options.backend={backend!r}: choose one of {sorted(BACKENDS)} "
                          "(flagembedding: FlagReranker itself; transformers: the same scores without FlagEmbedding)")
     package, install = BACKENDS[backend]
-    if importlib.util.find_spec(package) is None:
-        other = "transformers" if backend == "flagembedding" else "flagembedding"
-        raise ImportError(f"scorer_options.backend={backend} needs {package}, which this environment lacks: {install}; "
-                          f"or set scorer_options.backend: {other}")
+    other = "transformers" if backend == "flagembedding" else "flagembedding"
+    require(f"scorer_options.backend={backend}", package, f"{install}; or set scorer_options.backend: {other}")
 
 
 def check_bge_options(options: Mapping[str, Any]) -> None:
-    """Start-up check of ``scorer: bge`` (before any model loads): the backend and the model folder."""
-    check_backend(options.get("backend", "flagembedding"))
-    model_dir = options.get("model_dir")
+    """Start-up check of ``scorer: bge`` (before any model loads): the backend's package and the model
+    folder, both (``packages.check_all``: --dry_run lists each that is missing)."""
+    check_all(lambda: check_backend(options.get("backend", "flagembedding")),
+              lambda: _check_model_dir(options.get("model_dir")))
+
+
+def _check_model_dir(model_dir: Any) -> None:
     if not model_dir or not (Path(model_dir).expanduser() / "config.json").is_file():
         raise FileNotFoundError(
             f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a local model folder; point it at a "
