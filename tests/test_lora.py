@@ -33,7 +33,7 @@ def test_lora_iteration_moves_only_adapters_and_export_merges_them(tmp_path):
             after.update({f"grad:{k}": torch.tensor(v.requires_grad) for k, v in pl_module.policy.named_parameters()})
 
     trainer.callbacks.insert(0, Snapshot())
-    torch.manual_seed(0)  # peft draws the adapters' A from the global RNG in configure_model: the same A every run
+    torch.manual_seed(0)  # the adapters' A are drawn from torch.initial_seed() in configure_model: the same A every run
     trainer.fit(module, datamodule=data)
     trainable = {k: bool(after.pop(f"grad:{k}")) for k in list(seen)}
     lora = [k for k in after if "lora_" in k]
