@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS),
                         help="methods to train, in order")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (each: every method from the same start)")
-    parser.add_argument("--iterations", type=int, default=12, help="training iterations per run")
+    parser.add_argument("--iterations", type=int, default=None, help="training iterations per run (default 12)")
     parser.add_argument("--val-every", type=int, default=6, help="validate every this many iterations (and at 0)")
     parser.add_argument("--config", type=Path, default=CONFIG, help="the LightningCLI config all methods share")
     parser.add_argument("--out", type=Path, default=RESULTS / "learning.json", help="the result file (the PNG beside it)")
@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--table", type=Path, metavar="JSON",
                         help="print the Markdown table of a result file (docs/learning.md) and exit; trains nothing")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --model.lr=5e-5
+    if args.smoke and args.iterations is not None:
+        parser.error(f"argument --iterations: --smoke runs 2 iterations; remove --iterations {args.iterations} or --smoke")
+    args.iterations = 12 if args.iterations is None else args.iterations
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return {}

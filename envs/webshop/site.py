@@ -25,6 +25,7 @@ from markupsafe import escape
 from envs.webshop.config import WebShopConfig
 from envs.webshop.env import WebShopEnv, build_shop
 from envs.webshop.pages import Element, Shop
+from scpo_lightning.cli_args import ArgumentParser, port
 
 _STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto}
 .instruction{background:#eef;padding:.5em} form{display:inline} button{margin:.2em}
@@ -139,9 +140,9 @@ def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
-    parser.add_argument("--port", type=int, default=3000, help="port to listen on")
+    parser.add_argument("--port", type=port, default=3000, help="port to listen on (1-65535; 0: any free one)")
     parser.add_argument("--catalog-dir", default=None, help="catalog folder (default: generate in memory)")
     parser.add_argument("--replay-dir", default=None, help="folder of recorded episode JSON files")
     return parser
