@@ -18,6 +18,8 @@ import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from scpo_lightning.parser_errors import OneLineParser
+
 #: Errors that mean "not available on this machine" rather than "wrong config".
 MISSING = (FileNotFoundError, ImportError)
 
@@ -45,6 +47,12 @@ class _DryRunInstantiator:
 
 class SCPOCLI(LightningCLI):
     """LightningCLI with a ``--dry_run`` flag for every subcommand."""
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Parser errors in one line (scpo_lightning/parser_errors.py)."""
+        if self.parser_class is LightningArgumentParser:
+            self.parser_class = OneLineParser
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--dry_run", type=bool, default=False,
