@@ -129,9 +129,9 @@ def check_module(values: Mapping[str, Any]) -> None:
                           "{class_path: ..., init_args: ...}"),
         "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
         "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
-        "grad_clip": number(0, low_open=True),  # inf: no clipping
+        "grad_clip": positive(),  # finite, as every float setting: a huge value clips nothing
         "clip_eps": number(0, 1, low_open=True, high_open=True),
-        "dual_clip": number(1, low_open=True),  # inf: no dual clip
+        "dual_clip": number(1, low_open=True, finite=True),
         "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
         "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
         "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
