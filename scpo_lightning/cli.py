@@ -18,6 +18,7 @@ import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from scpo_lightning.checkpoint_io import check_checkpoint
 from scpo_lightning.parser_errors import OneLineParser
 
 #: Errors that mean "not available on this machine" rather than "wrong config".
@@ -58,6 +59,13 @@ class SCPOCLI(LightningCLI):
         parser.add_argument("--dry_run", type=bool, default=False,
                             help="Build every object of the config without loading the model or running; list what "
                                  "this machine lacks (model, data, devices) and exit 0 if the config is valid.")
+
+    def _parse_ckpt_path(self) -> None:
+        """A ``--ckpt_path`` file is checked before anything is built (dry run included): it exists
+        and torch's restricted unpickler reads it (``checkpoint_io.check_checkpoint``)."""
+        if self.config.get("subcommand"):
+            check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
+        super()._parse_ckpt_path()
 
     def _dry_run(self) -> bool:
         return bool(self.subcommand and self.config[self.subcommand].get("dry_run"))
