@@ -143,6 +143,10 @@ def check_module(values: Mapping[str, Any]) -> None:
         "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
         "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
     })
+    if values["micro_batch_rows"] > values["mini_batch_rows"]:
+        raise ValueError(f"model.micro_batch_rows={values['micro_batch_rows']} is more than model.mini_batch_rows="
+                         f"{values['mini_batch_rows']}: a micro-batch is a slice of a mini-batch; set micro_batch_rows "
+                         "<= mini_batch_rows")
     correction = values["rollout_correction"]
     if values["old_logprobs"] == "rollout" and correction is not None and correction.mode != "none":
         raise ValueError("model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
@@ -176,6 +180,10 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
     if rollout is not None and rollout.env not in (None, family):
         raise ValueError(f"data.rollout.env={rollout.env!r} but data.env={values['env']!r} uses the {family!r} "
                          f"prompts; set data.rollout.env: {family}")
+    unknown = [e for e in (rollout.exclude_actions if rollout else ()) if spec.commands and e.split()[0] not in spec.commands]
+    if unknown:
+        raise ValueError(f"data.rollout.exclude_actions: {unknown} is no command of data.env={values['env']!r}, so it "
+                         f"would exclude nothing; its commands are {list(spec.commands)}: fix or remove it")
     limit, options = spec.step_limit, values["env_options"] or {}
     horizon = (rollout or RolloutConfig(env=family)).max_steps
     if limit in options and options[limit] != horizon:

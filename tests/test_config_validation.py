@@ -79,11 +79,12 @@ CASES = [
      ["data.env_options", "size='huge'", "tiny, small, medium, alfred"]),
     ("misspelt env option", _alfworld(data_pth="/data"), ValueError,
      ["data.env_options", "['data_pth']", "'data_path'"]),
-    ("missing WebShop checkout", _webshop(webshop_checkout=lambda tmp: str(tmp / "WebShop")), FileNotFoundError,
-     ["data.env_options", "webshop_checkout=", "git clone"]),
-    ("WebShop checkout without data", _webshop(webshop_checkout=_checkout_without_data), FileNotFoundError,
+    # A checkout or catalog folder named but absent or incomplete: a wrong value, as ALFWorld's data_path.
+    ("missing WebShop checkout", _webshop(webshop_checkout=lambda tmp: str(tmp / "WebShop")), ValueError,
+     ["data.env_options", "webshop_checkout=", "does not exist on this machine", "git clone"]),
+    ("WebShop checkout without data", _webshop(webshop_checkout=_checkout_without_data), ValueError,
      ["data.env_options", "webshop_checkout=", "lacks WebShop's data", "items_human_ins.json", "setup.sh"]),
-    ("WebShop catalog_dir without files", _webshop(catalog_dir=lambda tmp: str(tmp)), FileNotFoundError,
+    ("WebShop catalog_dir without files", _webshop(catalog_dir=lambda tmp: str(tmp)), ValueError,
      ["data.env_options", "catalog_dir=", "items_shuffle.json", "python -m envs.webshop.generate"]),
 ]
 
