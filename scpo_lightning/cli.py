@@ -16,7 +16,8 @@ from typing import Any
 
 import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_info
 
 from scpo_lightning.checkpoint_io import check_checkpoint
 from scpo_lightning.parser_errors import OneLineParser
@@ -46,8 +47,25 @@ class _DryRunInstantiator:
             return _Unavailable(class_type, str(exc))
 
 
+class RunConfigCallback(SaveConfigCallback):
+    """Writes the run's ``config.yaml`` into its log folder, as LightningCLI does, and nowhere when
+    there is none (``--trainer.logger false`` and no ``trainer.default_root_dir``): Lightning would
+    write it into the working directory, e.g. the checkout's root."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.logger is None and not self.config.get("trainer", {}).get("default_root_dir"):
+            rank_zero_info("config.yaml is not saved: trainer.logger is false, so the run has no log folder; set "
+                           "trainer.default_root_dir to save it there")
+            return
+        super().setup(trainer, pl_module, stage)
+
+
 class SCPOCLI(LightningCLI):
-    """LightningCLI with a ``--dry_run`` flag for every subcommand."""
+    """LightningCLI with a ``--dry_run`` flag for every subcommand; config.yaml goes to the run's folder."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_callback", RunConfigCallback)
+        super().__init__(*args, **kwargs)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Parser errors in one line (scpo_lightning/parser_errors.py)."""
