@@ -143,7 +143,7 @@ def run_probe(probe: Probe, tmp: Path, client: Any) -> dict[str, Any]:
         if status and len(errors) != 1:
             line = f"{len(errors)} error lines: " + line
     line = line.replace(str(tmp), "<tmp>").replace(str(ROOT), "<repo>")
-    line = line if len(line) <= 220 else line[:217] + "..."
+    line = line if len(line) <= 300 else line[:297] + "..."
     traced = "Traceback (most recent call last)" in full
     passed = status == probe.status and not traced and re.search(probe.says, line) is not None \
         and not line[:20].endswith("error lines: ")
