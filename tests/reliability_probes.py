@@ -7,7 +7,8 @@ client). A probe passes when the exit status (or HTTP status) is the expected on
 prints (the first ``error:`` line, or the page's message) says what the probe expects, and no
 traceback is printed.
 
-    python -m tests.reliability_probes     # the table of tests/results/reliability_probes.json
+    python -m tests.reliability_probes [--write]  # the table of tests/results/reliability_probes.json
+                                                  # (--write: into docs/reliability.md)
 
 tests/test_reliability_probes.py runs them, writes that file and checks docs/reliability.md against it.
 """
@@ -164,8 +165,18 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + f"\n\n{passed} of {len(results)} probes pass."
 
 
-def main() -> None:
-    print(table(json.loads(RESULT.read_text(encoding="utf-8"))["probes"]))
+def main(argv: list[str] | None = None) -> None:
+    from scpo_lightning.cli_args import ArgumentParser
+
+    parser = ArgumentParser(description="Print the probe table of tests/results/reliability_probes.json.")
+    parser.add_argument("--write", action="store_true", help="write it into docs/reliability.md instead")
+    shown = table(json.loads(RESULT.read_text(encoding="utf-8"))["probes"])
+    if not parser.parse_args(argv).write:
+        print(shown)
+        return
+    text = DOC.read_text(encoding="utf-8")
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    DOC.write_text(f"{text[:start]}\n{shown}\n{text[end:]}", encoding="utf-8")
 
 
 if __name__ == "__main__":
