@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from benchmarks import plain_loop  # noqa: E402
 from benchmarks.common import RESULTS, load_average, machine, write_result  # noqa: E402
+from scpo_lightning.cli_args import ArgumentParser, integer  # noqa: E402
 from scpo_lightning.gigpo import gigpo_advantage  # noqa: E402
 from scpo_lightning.ordering import processing_order  # noqa: E402
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns  # noqa: E402
@@ -149,9 +150,9 @@ def _median_ms(times: list[tuple[float, float]], k: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=20, help="timed repetitions of ours (after one warm-up)")
-    parser.add_argument("--plain-repeats", type=int, default=5, help="timed repetitions of each plain-loop baseline")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=integer(1), default=20, help="timed repetitions of ours (after one warm-up)")
+    parser.add_argument("--plain-repeats", type=integer(1), default=5, help="timed repetitions of each plain-loop baseline")
     parser.add_argument("--out", type=Path, default=RESULTS / "credit_math.json", help="JSON result file")
     args = parser.parse_args()
     batch = make_batch()

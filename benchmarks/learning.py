@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="methods to train, in order")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (every method once per seed)")
     parser.add_argument("--grid", action="store_true", help="every (method, seed) of GRID: seeds 0..n-1 per method")
-    parser.add_argument("--iterations", type=int, default=12, help="training iterations per run")
+    parser.add_argument("--iterations", type=int, default=None, help="training iterations per run (default 12)")
     parser.add_argument("--val-every", type=int, default=6, help="validate every this many iterations (and at 0)")
     parser.add_argument("--config", type=Path, default=CONFIG, help="the LightningCLI config every run starts from")
     parser.add_argument("--runs-dir", type=Path, default=None,
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="aggregate the runs into --out, its PNG and the tables; trains nothing")
     parser.add_argument("--out", type=Path, default=None, help=f"the report (default {RESULTS / 'learning.json'})")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --model.lr=5e-5
+    if args.smoke and args.iterations is not None:
+        parser.error(f"argument --iterations: --smoke runs 2 iterations; remove --iterations {args.iterations} or --smoke")
+    args.iterations = 12 if args.iterations is None else args.iterations
     if args.smoke:
         tmp = Path(tempfile.mkdtemp(prefix="learning_smoke_"))
         args.iterations, args.val_every = 2, 1

@@ -25,7 +25,6 @@ LoRA adapter's contribution a bf16 forward shows, by its size (``lora_visibility
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
@@ -35,6 +34,7 @@ import torch
 
 from benchmarks.common import RESULTS, load_average, machine, write_result
 from benchmarks.record_batches import load_batches
+from scpo_lightning.cli_args import ArgumentParser, integer
 from scpo_lightning.logprobs import response_logprobs
 from scpo_lightning.model_setup import with_lora
 from scpo_lightning.losses import k3_kl, policy_loss
@@ -153,10 +153,10 @@ def earlier_variants(names: set[str]) -> dict[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=32, help="recorded rows to use (from batch_00 on)")
-    parser.add_argument("--micro", type=int, default=8, help="rows per micro-batch (the quickstart's)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=integer(1), default=32, help="recorded rows to use (from batch_00 on)")
+    parser.add_argument("--micro", type=integer(1), default=8, help="rows per micro-batch (the quickstart's)")
+    parser.add_argument("--threads", type=integer(1), default=2, help="torch threads")
     parser.add_argument("--lrs", nargs="+", type=float, default=list(LRS),
                         help="learning rates of the one step; add 1e-8 to tell curvature (|Δ| ratio nears 10 per decade) from a floor (it falls)")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),

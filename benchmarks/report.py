@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from benchmarks.common import RESULTS
+from scpo_lightning.cli_args import ArgumentParser
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -184,7 +185,8 @@ def measures(r: dict[str, Any]) -> str:
     return _table(["measure", "value"], _flat(r)) + f"\n\nMachine: {machine}."
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ArgumentParser(description=__doc__.split("\n")[0]).parse_args(argv)  # takes no options: --help, or refuses
     sections = [("Shaper cost", "shaper_cost", shaper_cost), ("Credit math", "credit_math", credit_math),
                 ("Environment throughput", "env_throughput", env_throughput),
                 ("Iteration breakdown", "iteration_breakdown", iteration_breakdown),

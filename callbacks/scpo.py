@@ -134,8 +134,19 @@ class SCPOCallback(L.Callback):
         """Start-up check against the module (also run by ``--dry_run``): its estimator reads the credit."""
         check_reads_step_credit(pl_module.estimator)
 
+    def check_data(self, datamodule: Any) -> None:
+        """Start-up check against the env (also run by ``--dry_run``): tau_succ within its episode rewards."""
+        spec, tau = getattr(datamodule, "spec", None), self.config.tau_succ
+        if spec is None or spec.reward_range[0] <= tau < spec.reward_range[1]:
+            return
+        low, high = spec.reward_range
+        raise ValueError(f"SCPOCallback.tau_succ={tau} is outside data.env={spec.name!r}'s episode rewards [{low}, {high}]: "
+                         f"an episode succeeds when its reward exceeds tau_succ, so {'none' if tau >= high else 'every one'} "
+                         f"would and SCPO would never act; set it in [{low}, {high}) (ALFWorld 0, WebShop 9.0)")
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.check_module(pl_module)  # before the scorer and the model load
+        self.check_data(getattr(trainer, "datamodule", None))
         if self.scorer is None:
             options = self.run_scorer_options(getattr(getattr(trainer, "datamodule", None), "spec", None))
             self.scorer = CachedScorer(make_scorer(self.scorer_name, **options), cache_entries=self.cache_entries)

@@ -66,6 +66,10 @@ class EnvSpec:
             ``data.rollout.max_steps`` (the one source of the horizon); None = the env has none.
         minilm_knots: (zero, at_theta) cosine knots of the MiniLM scorer's calibration for this
             env (``scpo_lightning.scorers.minilm.CosineMap``); None = no preset.
+        commands: The first word of every action the env can admit: each ``data.rollout.exclude_actions``
+            entry must start with one. Empty = not checked.
+        reward_range: The least and the greatest total env reward of an episode; an episode is a
+            success when its total exceeds ``SCPOCallback.tau_succ``, which must lie in [low, high).
     """
 
     name: str
@@ -79,3 +83,5 @@ class EnvSpec:
     announce: Callable[[Any], None] | None = None
     step_limit: str | None = "max_steps"
     minilm_knots: tuple[float, float] | None = None
+    commands: tuple[str, ...] = ()
+    reward_range: tuple[float, float] = (0.0, 10.0)

@@ -53,4 +53,6 @@ class CorridorEnv(TextEnv):
 
 # Building CorridorEnv only checks its options, so the class is its own settings; rooms and doors:
 # the household prompt fits.
-SPEC = EnvSpec(name="corridor", settings=CorridorEnv, make=CorridorEnv, prompt=ALFWORLD_PROMPT, families=("corridor",))
+SPEC = EnvSpec(name="corridor", settings=CorridorEnv, make=CorridorEnv, prompt=ALFWORLD_PROMPT, families=("corridor",),
+               # commands: () = unchecked: tests run it with ALFWorld's rollout settings (quickstart's exclude_actions).
+               reward_range=(0.0, 10.0))

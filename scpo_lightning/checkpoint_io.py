@@ -20,6 +20,8 @@ from scratch. ``save_last=True`` is safe with this writer but writes every check
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,34 @@ from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 TMP_SUFFIX = ".tmp"
+#: ``--ckpt_path`` values that are not files: Lightning looks the checkpoint up itself.
+NAMED = ("last", "best", "hpc", "registry")
+_FIX = "point --ckpt_path at a .ckpt this project wrote (<checkpoint dirpath>/last.ckpt), or resume with --ckpt_path last"
+
+
+def check_checkpoint(ckpt_path: Any) -> None:
+    """One ``ValueError`` (the path, what is wrong, what to do) for a ``--ckpt_path`` that names a
+    local file which is absent or not a checkpoint torch's restricted unpickler reads. The check
+    maps the file (``mmap``): it unpickles the whole structure but reads no tensor data."""
+    if ckpt_path is None or str(ckpt_path) in NAMED or str(ckpt_path).startswith("registry:") \
+            or not _is_local_file_protocol(str(ckpt_path)):
+        return
+    path = Path(str(ckpt_path)).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a checkpoint file" if path.is_dir() else "no such file"
+        raise ValueError(f"--ckpt_path={str(ckpt_path)!r}: {what}; {_FIX}")
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:  # torch's weights-only refusal: an object that would run code
+        found = re.search(r"(Unsupported global: GLOBAL [\w.]+|Unsupported operand \d+)", str(exc))
+        raise ValueError(f"--ckpt_path={str(ckpt_path)!r} holds more than tensors and plain containers "
+                         f"({found.group(1) if found else 'an object torch refuses'}), which the restricted "
+                         f"unpickler this project loads checkpoints with refuses; {_FIX}") from None
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError) as exc:
+        zipped = path.read_bytes()[:4] == b"PK\x03\x04"
+        what = "is not a complete checkpoint (truncated or corrupt: a torch archive without its end)" if zipped \
+            else "is not a checkpoint (not a torch.save file)"
+        raise ValueError(f"--ckpt_path={str(ckpt_path)!r} {what}: {type(exc).__name__}; {_FIX}") from None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -17,7 +17,11 @@ from typing import Any
 
 import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_info
+
+from scpo_lightning.checkpoint_io import check_checkpoint
+from scpo_lightning.parser_errors import OneLineParser
 
 #: Errors that mean "not available on this machine" rather than "wrong config".
 MISSING = (FileNotFoundError, ImportError)
@@ -44,8 +48,21 @@ class _DryRunInstantiator:
             return _Unavailable(class_type, str(exc))
 
 
+class RunConfigCallback(SaveConfigCallback):
+    """Writes the run's ``config.yaml`` into its log folder, as LightningCLI does, and nowhere when
+    there is none (``--trainer.logger false`` and no ``trainer.default_root_dir``): Lightning would
+    write it into the working directory, e.g. the checkout's root."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.logger is None and not self.config.get("trainer", {}).get("default_root_dir"):
+            rank_zero_info("config.yaml is not saved: trainer.logger is false, so the run has no log folder; set "
+                           "trainer.default_root_dir to save it there")
+            return
+        super().setup(trainer, pl_module, stage)
+
+
 class SCPOCLI(LightningCLI):
-    """LightningCLI with a ``--dry_run`` flag for every subcommand.
+    """LightningCLI with a ``--dry_run`` flag for every subcommand; config.yaml goes to the run's folder.
 
     Subcommands: ``fit`` (train) and ``validate`` (the validation rollouts once, on the policy of
     ``--ckpt_path`` or, without it, on ``model.policy`` as loaded). ``test`` and ``predict`` are
@@ -55,10 +72,27 @@ class SCPOCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         return {name: args for name, args in LightningCLI.subcommands().items() if name in ("fit", "validate")}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_callback", RunConfigCallback)
+        super().__init__(*args, **kwargs)
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Parser errors in one line (scpo_lightning/parser_errors.py)."""
+        if self.parser_class is LightningArgumentParser:
+            self.parser_class = OneLineParser
+        return super().init_parser(**kwargs)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--dry_run", type=bool, default=False,
                             help="Build every object of the config without loading the model or running; list what "
                                  "this machine lacks (model, data, devices) and exit 0 if the config is valid.")
+
+    def _parse_ckpt_path(self) -> None:
+        """A ``--ckpt_path`` file is checked before anything is built (dry run included): it exists
+        and torch's restricted unpickler reads it (``checkpoint_io.check_checkpoint``)."""
+        if self.config.get("subcommand"):
+            check_checkpoint(self.config[self.config.subcommand].get("ckpt_path"))
+        super()._parse_ckpt_path()
 
     def _dry_run(self) -> bool:
         return bool(self.subcommand and self.config[self.subcommand].get("dry_run"))
@@ -99,6 +133,9 @@ class SCPOCLI(LightningCLI):
             for callback in trainer.callbacks:
                 if callable(getattr(callback, "check_module", None)):
                     callback.check_module(self.model)
+        for callback in trainer.callbacks if not isinstance(self.datamodule, _Unavailable) else ():
+            if callable(getattr(callback, "check_data", None)):  # against the env (run in setup too)
+                callback.check_data(self.datamodule)
         callbacks = [type(c).__name__ if not isinstance(c, _Unavailable) else f"{c.cls.__name__} (stand-in)"
                      for c in trainer.callbacks]
         print(f"[dry run] config valid. model: {self._describe(self.model)}; data: {self._describe(self.datamodule)}; "

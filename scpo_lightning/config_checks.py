@@ -129,9 +129,9 @@ def check_module(values: Mapping[str, Any]) -> None:
                           "{class_path: ..., init_args: ...}"),
         "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
         "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
-        "grad_clip": number(0, low_open=True),  # inf: no clipping
+        "grad_clip": positive(),  # finite, as every float setting: a huge value clips nothing
         "clip_eps": number(0, 1, low_open=True, high_open=True),
-        "dual_clip": number(1, low_open=True),  # inf: no dual clip
+        "dual_clip": number(1, low_open=True, finite=True),
         "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
         "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
         "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
@@ -143,6 +143,10 @@ def check_module(values: Mapping[str, Any]) -> None:
         "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
         "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
     })
+    if values["micro_batch_rows"] > values["mini_batch_rows"]:
+        raise ValueError(f"model.micro_batch_rows={values['micro_batch_rows']} is more than model.mini_batch_rows="
+                         f"{values['mini_batch_rows']}: a micro-batch is a slice of a mini-batch; set micro_batch_rows "
+                         "<= mini_batch_rows")
     correction = values["rollout_correction"]
     if values["old_logprobs"] == "rollout" and correction is not None and correction.mode != "none":
         raise ValueError("model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
@@ -176,6 +180,10 @@ def check_datamodule(values: Mapping[str, Any]) -> None:
     if rollout is not None and rollout.env not in (None, family):
         raise ValueError(f"data.rollout.env={rollout.env!r} but data.env={values['env']!r} uses the {family!r} "
                          f"prompts; set data.rollout.env: {family}")
+    unknown = [e for e in (rollout.exclude_actions if rollout else ()) if spec.commands and e.split()[0] not in spec.commands]
+    if unknown:
+        raise ValueError(f"data.rollout.exclude_actions: {unknown} is no command of data.env={values['env']!r}, so it "
+                         f"would exclude nothing; its commands are {list(spec.commands)}: fix or remove it")
     limit, options = spec.step_limit, values["env_options"] or {}
     horizon = (rollout or RolloutConfig(env=family)).max_steps
     if limit in options and options[limit] != horizon:

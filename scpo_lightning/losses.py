@@ -7,6 +7,7 @@ count (EOS included) and 0 on padding. Aggregation is ``token-mean`` over the mi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -81,8 +82,8 @@ class RolloutCorrection:
     def __post_init__(self) -> None:
         if self.mode not in CORRECTIONS:
             raise ValueError(f"model.rollout_correction.mode must be one of {CORRECTIONS}; got {self.mode!r}")
-        if not self.cap > 1.0:
-            raise ValueError(f"model.rollout_correction.cap must be > 1; got {self.cap}")
+        if not 1.0 < self.cap < math.inf:
+            raise ValueError(f"model.rollout_correction.cap must be a finite number > 1; got {self.cap}")
 
 
 def rollout_correction(

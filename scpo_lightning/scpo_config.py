@@ -6,6 +6,7 @@ Pure: no Lightning, no scorer. ``scpo_lightning.shaper`` plans a batch with them
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scpo_lightning.ordering import ORDERS
@@ -47,7 +48,8 @@ class SCPOConfig:
         # Each message starts with the field name: SCPOCallback prefixes its own class to it.
         # The comparisons are written so that NaN fails them too.
         checks = [
-            (self.alpha >= 0, f"alpha={self.alpha} must be >= 0 (it weighs the credit: ALFWorld 0.5, WebShop 1.0)"),
+            (0 <= self.alpha < math.inf,
+             f"alpha={self.alpha} must be a finite number >= 0 (it weighs the credit: ALFWorld 0.5, WebShop 1.0)"),
             (0 < self.theta <= 1, f"theta={self.theta} must be in (0, 1] (the similarity a step needs; paper: 0.6)"),
             (0 <= self.lam < self.theta,
              f"lam={self.lam} must be in [0, theta={self.theta}) (credit is max(0, M - lam) / (1 - lam); paper: 0.4)"),

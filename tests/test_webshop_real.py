@@ -98,17 +98,17 @@ def clean_modules():
 
 
 def test_missing_checkout_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no web_agent_site/ package there.*git clone"):
+    with pytest.raises(ValueError, match="no web_agent_site/ package there.*git clone"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path)))
 
 
 def test_missing_data_names_the_files(tmp_path):
     _checkout(tmp_path, data=False)
-    with pytest.raises(FileNotFoundError, match=r"lacks WebShop's data .*small .*items_shuffle_1000.json.*indexes_1k"):
+    with pytest.raises(ValueError, match=r"lacks WebShop's data .*small .*items_shuffle_1000.json.*indexes_1k"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path), webshop_num_products=1000))
     # The full layout needs its own files (WebShop's loader would fail later on the small file).
     _checkout(tmp_path / "small")
-    with pytest.raises(FileNotFoundError, match=r"lacks WebShop's data .*full .*items_shuffle.json.*items_ins_v2.json"):
+    with pytest.raises(ValueError, match=r"lacks WebShop's data .*full .*items_shuffle.json.*items_ins_v2.json"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path / "small")))
     with pytest.raises(ValueError, match="webshop_num_products=7"):
         make_webshop_env(WebShopConfig(webshop_checkout=str(tmp_path), webshop_num_products=7))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.alfworld.env import AlfworldConfig, announce_source, check_split, make_source
+from envs.alfworld.env import WIN_REWARD, AlfworldConfig, announce_source, check_split, make_source
 from envs.alfworld.vocab import FAMILIES
 from envs.base import TextEnv
 from envs.spec import EnvSpec, PromptStyle
@@ -28,4 +28,7 @@ SPEC = EnvSpec(
     name="alfworld", settings=AlfworldConfig, make=make_env, prompt=PROMPT, families=FAMILIES,
     check_split=check_split, split_size=split_size, announce=announce_source,
     minilm_knots=(0.338, 0.886),  # scripts/calibrate_minilm.py, docs/scorers.md
+    commands=("go", "open", "close", "take", "move", "put", "use", "heat", "cool", "clean", "slice", "toggle",
+              "examine", "look", "inventory", "help"),
+    reward_range=(0.0, WIN_REWARD),  # WIN_REWARD on the winning step, 0 on every other
 )

@@ -94,7 +94,7 @@ class WebShopConfig:
             folder = Path(self.catalog_dir).expanduser()
             missing = [name for name in CATALOG_FILES if not (folder / name).is_file()]
             if missing:
-                raise FileNotFoundError(
+                raise ValueError(
                     f"WebShopConfig.catalog_dir={self.catalog_dir} lacks {', '.join(missing)}; write a catalog there with "
                     f"`python -m envs.webshop.generate --out {self.catalog_dir}`, or leave catalog_dir unset")
 
@@ -110,15 +110,20 @@ class CheckoutFiles:
 
 
 def check_checkout(checkout: Path, num_products: int | None) -> CheckoutFiles:
-    """The data files WebShop will read for ``num_products``; a clear error naming what is missing.
+    """The data files WebShop will read for ``num_products``; a ``ValueError`` naming what is missing
+    (a folder the user named that lacks what it must hold is a wrong value, failing the dry run too).
 
     WebShop's small layout (``setup.sh -d small``, num_products=1000) has ``items_shuffle_1000.json``
     and ``items_ins_v2_1000.json``; the full one (``-d all``) has ``items_shuffle.json`` and
     ``items_ins_v2.json``. (WebShop's loader itself always reads ``items_ins_v2_1000.json``; the
     adapter points it at the attributes file of the chosen layout.)
     """
+    if not checkout.is_dir():  # a path named but absent is an error, as ALFWorld's data_path (README)
+        raise ValueError(f"webshop_checkout={checkout} does not exist on this machine; point it at a WebShop git "
+                         "checkout (git clone https://github.com/princeton-nlp/WebShop), or remove webshop_checkout "
+                         "for the embedded shop")
     if not (checkout / "web_agent_site").is_dir():
-        raise FileNotFoundError(
+        raise ValueError(
             f"webshop_checkout={checkout}: no web_agent_site/ package there; point it at a "
             "WebShop git checkout (git clone https://github.com/princeton-nlp/WebShop)"
         )
@@ -131,7 +136,7 @@ def check_checkout(checkout: Path, num_products: int | None) -> CheckoutFiles:
     missing = [str(p) for p in vars(files).values() if not p.exists()]
     if missing:
         layout = "small (setup.sh -d small)" if num_products == 1000 else "full (setup.sh -d all)"
-        raise FileNotFoundError(
+        raise ValueError(
             f"webshop_checkout={checkout} lacks WebShop's data for webshop_num_products={num_products}, the "
             f"{layout} layout: {', '.join(missing)}; run the checkout's setup.sh with that -d flag, or set "
             "webshop_num_products to match the data it has (1000 for the small set, null for the full one)"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from envs.webshop.catalog import ATTRIBUTES_FILE, GOALS_FILE, PRODUCTS_FILE
 from envs.webshop.vocab import BRANDS, DESCRIPTORS, OPENINGS, TYPES
+from scpo_lightning.cli_args import ArgumentParser, integer
 
 _ASIN_CHARS = string.ascii_uppercase + string.digits
 
@@ -128,10 +129,11 @@ def write_catalog(out: str | Path, num_products: int = 1000, seed: int = 0) -> P
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder to write the three JSON files into")
-    parser.add_argument("--products", type=int, default=1000, help="number of products (>= 5)")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed; same seed, same files")
+    parser.add_argument("--products", type=integer(len(TYPES)), default=1000,
+                        help=f"number of products (>= {len(TYPES)}: one per category)")
+    parser.add_argument("--seed", type=integer(0), default=0, help="generator seed; same seed, same files")
     args = parser.parse_args(argv)
     folder = write_catalog(args.out, args.products, args.seed)
     print(f"wrote {args.products} products to {folder}")

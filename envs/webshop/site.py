@@ -25,11 +25,14 @@ from markupsafe import escape
 from envs.webshop.config import WebShopConfig
 from envs.webshop.env import WebShopEnv, build_shop
 from envs.webshop.pages import Element, Shop
+from scpo_lightning.cli_args import ArgumentParser, port
 
 _STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto}
 .instruction{background:#eef;padding:.5em} form{display:inline} button{margin:.2em}
 .product-link{font-weight:bold} .option.chosen{background:#8c8;font-weight:bold}"""
 _SAFE_NAME = re.compile(r"^[\w.-]+$")
+#: Longest search query the site sends to the shop; a longer one is refused on the page, not dropped.
+MAX_QUERY_CHARS = 1000
 
 
 def _page(title: str, body: str) -> str:
@@ -71,6 +74,7 @@ def render_html(elements: list[Element], act_url: str | None, chosen: set[str]) 
 def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None = None) -> Flask:
     app = Flask(__name__)
     sessions: dict[str, WebShopEnv] = {}
+    notes: dict[str, str] = {}  # per session: why the last request did nothing, shown once
 
     @app.get("/")
     def index():
@@ -98,7 +102,9 @@ def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None 
     def show(sid: str):
         env = sessions.get(sid) or abort(404, f"no session {sid}")
         chosen = {v for _, v in env.state.options}
-        body = render_html(env.elements(), None if env.done else url_for("act", sid=sid), chosen)
+        note = notes.pop(sid, "")
+        body = (f'<p class="note">{escape(note)}</p>' if note else "") + render_html(
+            env.elements(), None if env.done else url_for("act", sid=sid), chosen)
         return _page("WebShop", body + f'<p><a href="{url_for("index")}">home</a></p>')
 
     @app.post("/s/<sid>/act")
@@ -106,7 +112,11 @@ def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None 
         env = sessions.get(sid) or abort(404, f"no session {sid}")
         query = request.form.get("search_query")
         action = f"search[{query}]" if query is not None else request.form.get("action", "")
-        if not env.done:
+        if query is not None and not query.strip():
+            notes[sid] = "Empty search: type the words to search for."
+        elif query is not None and len(query) > MAX_QUERY_CHARS:
+            notes[sid] = f"Search query too long: {len(query)} characters, at most {MAX_QUERY_CHARS}; shorten it."
+        elif not env.done:
             env.step(action)
         return redirect(url_for("show", sid=sid))
 
@@ -117,11 +127,17 @@ def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None 
         path = Path(replay_dir) / f"{name}.json"
         if not path.is_file():
             abort(404, f"no recorded episode {name}")
-        record = json.loads(path.read_text(encoding="utf-8"))
-        actions = record["actions"]
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            actions, split, index = record["actions"], record["split"], record["index"]
+            if not (isinstance(actions, list) and all(isinstance(a, str) for a in actions)):
+                raise TypeError("actions must be a list of strings")
+            env = WebShopEnv(config, shop=shop)
+            env.reset(split, index)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:  # JSONDecodeError is a ValueError
+            abort(422, f"{name}.json is not a recorded episode ({type(exc).__name__}: {exc}); it must be "
+                       '{"split": "valid", "index": 3, "actions": ["search[...]", ...]}')
         step = max(0, min(request.args.get("step", 0, type=int), len(actions)))
-        env = WebShopEnv(config, shop=shop)
-        env.reset(record["split"], record["index"])
         for action in actions[:step]:
             if env.done:
                 break
@@ -139,9 +155,9 @@ def create_app(shop: Shop, config: WebShopConfig, replay_dir: str | Path | None 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
-    parser.add_argument("--port", type=int, default=3000, help="port to listen on")
+    parser.add_argument("--port", type=port, default=3000, help="port to listen on (1-65535; 0: any free one)")
     parser.add_argument("--catalog-dir", default=None, help="catalog folder (default: generate in memory)")
     parser.add_argument("--replay-dir", default=None, help="folder of recorded episode JSON files")
     return parser

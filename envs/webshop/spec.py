@@ -43,4 +43,5 @@ SPEC = EnvSpec(
     check_split=check_split, split_size=split_size,
     # Its pages repeat the instruction and run to hundreds of tokens: unrelated steps already have cosines ~0.83.
     minilm_knots=(0.833, 0.98),
+    commands=("search", "click"), reward_range=(0.0, 10.0),  # 10 x the purchase score (config.env_reward)
 )
