@@ -18,6 +18,7 @@ import yaml
 
 import scpo_lightning.policy
 import train
+from tests.test_webshop_real import _checkout
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 REAL_FIND_SPEC = importlib.util.find_spec
@@ -73,7 +74,7 @@ CASES = {
     "Stemmer": ("webshop_gigpo", (), "RolloutDataModule: data.env=webshop needs `Stemmer`", "pip install -e '.[webshop]'"),
     "pyserini": ("webshop_gigpo", ("--data.env_options", "{search_backend: pyserini, pyserini_index: idx}"),
                  "RolloutDataModule: data.env_options.search_backend=pyserini needs `pyserini`", "pip install pyserini"),
-    "spacy": ("webshop_gigpo", ("--data.env_options", "{webshop_checkout: WebShop}"),
+    "spacy": ("webshop_gigpo", ("--data.env_options", "{webshop_checkout: CHECKOUT, webshop_num_products: 1000}"),
               "RolloutDataModule: data.env_options.webshop_checkout needs `spacy`", "docs/webshop.md"),
 }
 
@@ -83,6 +84,9 @@ def test_the_dry_run_lists_a_missing_optional_package_with_its_install_command(p
     config, extra, line, install = CASES[package]
     if config == "bge-flagembedding":  # the GPU recipes score through transformers; FlagEmbedding is the default
         config = with_scpo_options(tmp_path, backend="flagembedding")
+    if any("CHECKOUT" in a for a in extra):  # a checkout that is here (an absent one is an error of its own)
+        _checkout(tmp_path / "WebShop")
+        extra = tuple(a.replace("CHECKOUT", str(tmp_path / "WebShop")) for a in extra)
     simulate(monkeypatch, absent={package})
     missing = dry_run(capsys, config, *extra)
     listed = [m for m in missing if m.startswith(line)]
