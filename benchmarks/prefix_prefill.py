@@ -74,7 +74,7 @@ def counts(env: str, size: int) -> dict[str, Any]:
             "shared_padded_share": round(total["shared_padded"] / total["today_padded"], 4)}
 
 
-def _today_prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int) -> None:
+def today_prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int) -> None:
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -102,7 +102,7 @@ def timing(env: str, batches: int, repeat: int, model: Any, tok: Any, size: int)
                 with torch.no_grad():
                     for chunk in chunks(prompts, size):
                         start = time.perf_counter()
-                        _today_prefill(model, chunk, engines[False].pad_token_id)
+                        today_prefill(model, chunk, engines[False].pad_token_id)
                         runs["prefill_today_s"].append(time.perf_counter() - start)
                         start = time.perf_counter()
                         shared_prefill(model, chunk, engines[True].pad_token_id, torch.device("cpu"), size)

@@ -100,7 +100,7 @@ def test_shared_prefill_in_constrained_mode(tiny):
 @pytest.mark.slow
 @pytest.mark.parametrize("env", ["alfworld", "webshop"])
 def test_recorded_batches_with_smollm2(env):
-    """Every recorded batch: the prompts of its step 1 (the first 8: two groups whose siblings
+    """Every recorded batch: the prompts of its step 1 (the first 4: one group's siblings, which
     diverged after one action), constrained to the actions each prompt lists. The same tokens, and
     log-probs within fp32 noise: today's path itself moves them by up to ~2e-5 when only the batch
     around a row changes (a row alone vs in its batch), so the bound on the largest difference is
@@ -112,7 +112,7 @@ def test_recorded_batches_with_smollm2(env):
     model, tok = load_policy("smollm2-gguf")
     params = SamplingParams(temperature=1.0, max_new_tokens=48, seed=0)
     for name, batch in load_batches(env):
-        rows = [i for i, t in enumerate(batch.steps) if t == 1][:8]
+        rows = [i for i, t in enumerate(batch.steps) if t == 1][:4]
         prompts = [batch.prompt_ids[i] for i in rows]
         allowed = [admissible_in(tok.decode(p)) for p in prompts]
         old, new, _, e_new = _pair(model, tok, prompts, params, allowed, batch=32)
