@@ -120,3 +120,22 @@ def test_recorded_batches_with_smollm2(env):
         diffs = np.abs(np.concatenate([np.subtract(g.policy_logprobs, h.policy_logprobs) for g, h in zip(old, new)]))
         assert diffs.max() <= 1e-4 and diffs.mean() <= 1e-5, (name, diffs.max(), diffs.mean())
         assert e_new.prefill_counts["prefilled_tokens"] < e_new.prefill_counts["prompt_tokens"], name
+
+
+def test_benchmark_counts_a_call_as_the_engine_prefills_it():
+    from benchmarks.prefix_prefill import call_counts
+
+    # Two identical prompts and one sharing their first two tokens, one micro-batch: the tree over
+    # all but the last tokens is [1 2] + [3] + [9] = 4 tokens, plus one last token per row = 7.
+    counts = call_counts([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 9, 8]], size=32)
+    assert counts == {"prompt_tokens": 12, "today_padded": 12, "shared_tokens": 7, "shared_padded": 7}
+    # Micro-batches of 1 share nothing: every prompt is its own tree.
+    assert call_counts([[1, 2, 3, 4], [1, 2, 3, 4]], size=1)["shared_tokens"] == 8
+
+
+def test_prefix_sharing_is_an_engine_option_of_the_config(tiny):
+    from scpo_lightning.engines.factory import make_engine
+
+    model, tok = tiny
+    assert make_engine("hf", model, tok, prefix_sharing=False).prefix_sharing is False
+    assert make_engine("hf", model, tok).prefix_sharing is True
