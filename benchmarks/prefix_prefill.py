@@ -14,7 +14,7 @@ fastest), (a) the prefill alone: one forward of the left-padded prompts building
 prompt lists, same seed, recording whether the same tokens came out and the largest log-prob
 difference. Writes ``benchmarks/results/prefix_prefill.json``.
 
-    python -m benchmarks.prefix_prefill [--time-batches 1] [--repeat 1]
+    python -m benchmarks.prefix_prefill [--time-batches 1] [--calls 3] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def today_prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int)
     model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
 
 
-def timing(env: str, batches: int, repeat: int, model: Any, tok: Any, size: int) -> dict[str, Any]:
+def timing(env: str, batches: int, repeat: int, model: Any, tok: Any, size: int, calls_per_batch: int | None
+           ) -> dict[str, Any]:
     from scpo_lightning.engines.base import SamplingParams
     from scpo_lightning.engines.hf import HFEngine
     from scpo_lightning.engines.prefix import shared_prefill
@@ -94,7 +95,7 @@ def timing(env: str, batches: int, repeat: int, model: Any, tok: Any, size: int)
     same = calls = 0
     largest = 0.0
     for name, batch in load_batches(env)[:batches]:
-        for t, prompts in enumerate(step_calls(batch)):
+        for t, prompts in enumerate(step_calls(batch)[:calls_per_batch]):
             allowed = [admissible_in(tok.decode(p)) for p in prompts]
             params = SamplingParams(1.0, 1.0, 48, seed=t)
             runs: dict[str, list[float]] = {k: [] for k in best}
@@ -121,7 +122,7 @@ def timing(env: str, batches: int, repeat: int, model: Any, tok: Any, size: int)
             largest = max([largest] + [abs(a - b) for g, h in zip(gens[False], gens[True]) if g.token_ids == h.token_ids
                                        for a, b in zip(g.policy_logprobs, h.policy_logprobs)])
         print(env, name, {k: round(v, 1) for k, v in best.items()}, flush=True)
-    return {"batches_timed": batches, "calls": calls, "calls_with_the_same_tokens": same,
+    return {"batches_timed": batches, "calls_per_batch": calls_per_batch or "all", "calls": calls, "calls_with_the_same_tokens": same,
             "max_abs_logprob_diff": largest, **{k: round(v, 2) for k, v in best.items()},
             "prefill_speedup": round(best["prefill_today_s"] / best["prefill_shared_s"], 3),
             "generate_speedup": round(best["generate_today_s"] / best["generate_shared_s"], 3),
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--time-batches", type=int, default=1, help="recorded batches per env to time (0: counts only)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds per call; each path keeps its fastest")
+    parser.add_argument("--calls", type=int, default=None, help="time only each batch's first CALLS steps (default: all)")
     parser.add_argument("--generation-batch-size", type=int, default=32, help="prompts per micro-batch (the recipes: 32)")
     args = parser.parse_args(argv)
     started = machine()
@@ -144,8 +146,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         model, tok = load_policy("smollm2-gguf")
         model.eval()
-        result["timing"] = {env: timing(env, args.time_batches, args.repeat, model, tok, args.generation_batch_size)
-                            for env in ENVS}
+        result["timing"] = {env: timing(env, args.time_batches, args.repeat, model, tok, args.generation_batch_size,
+                                        args.calls) for env in ENVS}
     result.update(machine=started, load_average_at_end=load_average(),
                   note="shared machine (other sessions running): read the timings as ratios within this run")
     write_result("prefix_prefill", result)

@@ -20,11 +20,12 @@ def prefix_prefill(r: dict[str, Any]) -> str:
     out = _table(["env", "batches", "prompt tokens (today)", "prefilled, shared", "share", "worst batch",
                   "today with padding", "shared with padding", "share"], rows)
     if "timing" in r:
-        rows = [[env, t["calls"], t["prefill_today_s"], t["prefill_shared_s"], f"{t['prefill_speedup']}x",
+        rows = [[f"{env} (first batch, steps: {t.get('calls_per_batch', 'all')})", t["calls"], t["prefill_today_s"],
+                 t["prefill_shared_s"], f"{t['prefill_speedup']}x",
                  t["generate_today_s"], t["generate_shared_s"], f"{t['generate_speedup']}x",
                  f"{t['calls_with_the_same_tokens']} / {t['calls']}", f"{t['max_abs_logprob_diff']:.1e}"]
                 for env, t in r["timing"].items()]
-        out += "\n\n" + _table(["env (first batch)", "generate calls", "prefill today s", "prefill shared s", "speed-up",
+        out += "\n\n" + _table(["timed", "generate calls", "prefill today s", "prefill shared s", "speed-up",
                                 "generate today s", "generate shared s", "speed-up", "same tokens",
                                 "max \\|Δ log p\\|"], rows)
     return out + f"\n\nMachine: {_machine(r['machine'])}, at end {r['load_average_at_end'][0]}; {r['note']}."
