@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     recordings = {env: r for env in ("alfworld", "webshop") if (r := _load(f"record_batches_{env}"))}
     if recordings:
         print("### Collector (quickstart policy)\n\n" + collector(recordings, _load("iteration_breakdown")) + "\n")
+    from benchmarks import speed_report
+
+    speed_report.main()
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ What that implies in constrained mode, where ``log q - log pi = -log Z_t >= 0``:
   not this: weighting by ``pi / q = Z_t`` would all but erase the forced tokens.
 
 It is a convenience for small models that never write the paper's format zero-shot (e.g.
-SmolLM2-135M on CPU); results comparable to the paper use free mode.
+SmolLM2-135M on CPU); results comparable to the paper use free mode. Prompt prefixes that rows
+share are encoded once (``prefix_sharing``, ``engines.prefix``).
 """
 
 from __future__ import annotations
@@ -72,12 +73,11 @@ _NO_MODEL_DEFAULTS = (
 
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams, check_generate_args
 from scpo_lightning.engines.constrained import TokenTrie, TrieLogitsProcessor, candidate_token_ids
+from scpo_lightning.engines.prefix import shared_prefill
 
 
 def _as_id_list(value: int | Sequence[int] | None) -> list[int]:
-    if value is None:
-        return []
-    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    return [] if value is None else [int(value)] if isinstance(value, int) else [int(v) for v in value]
 
 
 class TokenLogprobRecorder(LogitsProcessor):
@@ -123,6 +123,9 @@ class HFEngine(RolloutEngine):
             prefill of an fp32 policy ~3.5x faster; the sampler's probabilities then differ
             slightly from the fp32 ones training recomputes (as with bf16 vLLM rollouts).
             ``None``: the model's own dtype.
+        prefix_sharing: encode each distinct prompt prefix of a micro-batch once and copy its
+            keys and values into every row that shares it (``engines.prefix``); the same
+            log-probs up to float noise. False: every row's whole prompt, as one padded batch.
     """
 
     shares_policy_weights = True  # generates with the policy itself; the engine never copies it
@@ -134,6 +137,7 @@ class HFEngine(RolloutEngine):
         generation_batch_size: int = 16,
         seed: int = 0,
         autocast_dtype: str | None = None,
+        prefix_sharing: bool = True,
     ):
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
@@ -152,6 +156,9 @@ class HFEngine(RolloutEngine):
         if autocast_dtype not in (None, "bfloat16", "float16"):
             raise ValueError(f"autocast_dtype must be None, 'bfloat16' or 'float16', got {autocast_dtype!r}")
         self.autocast_dtype = autocast_dtype
+        self.prefix_sharing = prefix_sharing
+        #: Prompt tokens asked for, and prefilled (real, and with padding), over every call.
+        self.prefill_counts = dict.fromkeys(("prompt_tokens", "prefilled_tokens", "padded_tokens"), 0)
 
     @contextlib.contextmanager
     def autocast(self, dtype: str | None) -> Iterator[None]:
@@ -181,6 +188,7 @@ class HFEngine(RolloutEngine):
         if seed is None:
             seed = int(torch.randint(2**62, (1,), generator=self._generator))
         # Prompts of similar length share a micro-batch (less padding); results keep the input order.
+        # The order is the same with and without prefix sharing, so both draw the same random numbers.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
         device = _device_of(self.model)
@@ -252,6 +260,13 @@ class HFEngine(RolloutEngine):
             use_cache=True,
             **({} if greedy else {"top_k": 0}),  # HF's default top_k=50 would truncate sampling
         )
+        cache, real, padded = {}, sum(len(p) for p in prompts), width * len(prompts)
+        if self.prefix_sharing and width > 1:  # generate then encodes each prompt's last token only
+            cache["past_key_values"], shared = shared_prefill(self.model, prompts, self.pad_token_id, device,
+                                                              self.generation_batch_size)
+            real, padded = shared["tree_tokens"] + len(prompts), shared["padded_tokens"] + len(prompts)
+        for key, value in zip(self.prefill_counts, (sum(len(p) for p in prompts), real, padded)):
+            self.prefill_counts[key] += value
         out = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
@@ -260,12 +275,12 @@ class HFEngine(RolloutEngine):
             # Each rank generates for its own envs, so ranks never step in lock-step; HF would
             # otherwise sync every token of an FSDP2 model (whose weights the module has gathered).
             synced_gpus=False,
+            **cache,
             **_NO_MODEL_DEFAULTS,
         )
         policy_logp = policy_recorder.finish(out).tolist()
         sampler_logp = sampler_recorder.finish(out).tolist()
-        if greedy:
-            sampler_logp = [[0.0] * len(row) for row in sampler_logp]
+        sampler_logp = [[0.0] * len(row) for row in sampler_logp] if greedy else sampler_logp
         return [self._to_generation(row, lp, sp)
                 for row, lp, sp in zip(out[:, width:].tolist(), policy_logp, sampler_logp)]
 
