@@ -69,5 +69,5 @@ def test_weights_carry_no_gradient():
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match=r"model\.rollout_correction\.mode must be one of"):
         RolloutCorrection(mode="clip")
-    with pytest.raises(ValueError, match=r"model\.rollout_correction\.cap must be > 1"):
+    with pytest.raises(ValueError, match=r"model\.rollout_correction\.cap must be a finite number > 1"):
         RolloutCorrection(mode="tis", cap=1.0)
