@@ -173,8 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "so that the last iteration is validated")
     base = smoke_config(args.runs_dir.parent / "smoke_model", args.config) if args.smoke else read_yaml(args.config)
     pan = panels(base)
-    todo = [(m, s) for m, n in GRID.items() for s in range(n)] if args.grid else \
-        [(m, s) for s in args.seeds for m in args.methods]
+    todo = grid_order() if args.grid else [(m, s) for s in args.seeds for m in args.methods]
     t0, done = time.perf_counter(), {}
     for method, seed in todo:
         result = run_one(method, seed, base, pan, args, extra)
@@ -183,6 +182,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"[learning] {len(done)} run(s) trained in {time.perf_counter() - t0:.0f} s; "
           f"{len(todo) - len(done)} already done", flush=True)
     return done
+
+
+def grid_order() -> list[tuple[str, int]]:
+    """GRID's runs seed by seed, the most-seeded methods first (gigpo, scpo: the question the grid
+    asks), so that a grid stopped part way has paired runs of the same seeds to compare."""
+    most = max(GRID.values())
+    runs = [(m, s) for s in range(most) for m, n in GRID.items() if n == most and s < n]
+    return runs + [(m, s) for s in range(most) for m, n in GRID.items() if n < most and s < n]
 
 
 def report(runs_dir: Path, out: Path) -> dict[str, Any]:

@@ -12,6 +12,8 @@ recipe):
 - ``shared_val64``: plus the whole 64-game validation panel in one collection and one generate
   micro-batch (``data.val_batch_episodes: 64``, ``model.generation_batch_size: 64``): other
   micro-batches draw other random numbers, so outcomes differ by sampling, not by arithmetic;
+- ``shared_val64_bf16``: plus validation sampled under bf16 autocast (``model.val_generation_autocast``;
+  training stays fp32, but ``bf16_grid: auto`` snaps the weights onto the bf16 grid at load);
 - ``bf16_recompute`` / ``bf16_tis``: plus a bf16 sampler (``model.generation_autocast`` and
   ``val_generation_autocast: bfloat16``; the fp32 weights are snapped onto the bf16 grid,
   ``model.bf16_grid: auto``) with the old log-probs recomputed in fp32, or the sampler's own with
@@ -42,6 +44,8 @@ VARIANTS: dict[str, list[str]] = {
     "today": ["--model.engine_options={prefix_sharing: false}"],
     "shared": [],
     "shared_val64": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64"],
+    "shared_val64_bf16": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64",
+                          "--model.val_generation_autocast=bfloat16"],
     "bf16_recompute": [*_BF16, "--model.old_logprobs=recompute"],
     "bf16_tis": [*_BF16, "--model.old_logprobs=recompute", "--model.rollout_correction={mode: tis, cap: 2.0}"],
 }
@@ -112,7 +116,9 @@ def run(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     del cli
     gc.collect()
     episodes = sum(v["episodes"] for v in clock.validations)
-    val_s = sum(v["seconds"] for v in clock.validations)
+    # validate-only: Lightning collects the first validation batch before on_validation_start, so a
+    # one-batch panel would time ~0 s there: take the whole call (model load included, ~10 s)
+    val_s = wall if args.validate_only else sum(v["seconds"] for v in clock.validations)
     return {"variant": variant, "overrides": VARIANTS[variant], "wall_s": round(wall, 1),
             "validation_s": round(val_s, 1), "validation_episodes_per_s": round(episodes / val_s, 4) if val_s else None,
             "prefill_counts": counts, "validations": clock.validations, "iterations": clock.iterations}
