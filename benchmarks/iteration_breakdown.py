@@ -10,6 +10,7 @@ What no phase accounts for inside an iteration (logging, the credit heatmap, che
 reported as ``other_s``; validation is reported per run, apart from the iterations.
 
     python -m benchmarks.iteration_breakdown [--max-epochs 3] [--save-batches] [training CLI overrides, e.g. --data.workers=4]
+    python -m benchmarks.iteration_breakdown --max-epochs 4 --out quickstart   # the quickstart as it runs: docs/quickstart.md
     python -m benchmarks.iteration_breakdown --compare [--rows 32]   # rows/s per setting, same batch (benchmarks.iteration_speed)
 
 With the quickstart's settings (validation before training and every 2 iterations) the default
@@ -32,6 +33,8 @@ from benchmarks.common import DATA, QUICKSTART, load_average, machine, write_res
 from benchmarks.record_batches import save_batch
 
 LOG_DIR = Path("runs/benchmark_breakdown")
+#: Per-iteration values of the module's metrics kept beside the phase times.
+STATS = ("train/kl", "train/clip_frac", "train/clip_frac_last", "train/optimizer_steps", "rollout/logprob_diff_max")
 PHASES = ("generate_s", "env_s", "rollout_s", "scpo_plan_s", "logprobs_s", "shaping_wait_s", "advantage_s", "update_s")
 
 
@@ -64,6 +67,7 @@ class PhaseTimer(L.Callback):
         self._val_since_step: list[tuple[float, float]] = []
         self._step_start: float | None = None
         self._val_start = self._val_rollout = 0.0
+        self._val_outcomes: list[list[Any]] = []  # [task id, won] of the current validation run
 
     def track(self, datamodule: Any) -> None:
         """Time every batch the DataModule collects (an instance attribute shadows the method)."""
@@ -113,6 +117,9 @@ class PhaseTimer(L.Callback):
             "pairs_requested": s.get("pairs_requested", 0.0), "pairs_scored": s.get("pairs_scored", 0.0),
             **{k: m[f"time/{k}"] for k in ("logprobs_s", "shaping_wait_s", "advantage_s", "update_s")},
             "train_step_wall_s": time.perf_counter() - self._step_start,
+            # what the quickstart's page reports per iteration (docs/quickstart.md); nested, so not a phase
+            "stats": {"credited_steps_per_failed": s.get("credited_steps_per_failed"),
+                      **{k.split("/", 1)[1]: m.get(k) for k in STATS}},
         })
         if self.save_to is not None:
             save_batch(batch, self.save_to / f"run_{trainer.current_epoch:02d}.pkl.xz")
@@ -123,13 +130,16 @@ class PhaseTimer(L.Callback):
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         self._val_rollout += batch.timings["rollout_s"]
+        self._val_outcomes += [[t["task_id"], int(bool(t["won"]))] for t in batch.trajectories]
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         intervals = [*self._val, (self._val_start, time.perf_counter())]
         self._val_since_step += intervals
+        wins = [won for _, won in self._val_outcomes]
         self.validations.append({"after_iteration": 0 if trainer.sanity_checking else trainer.current_epoch + 1,
-                                 "wall_s": union_seconds(intervals), "rollout_s": self._val_rollout})
-        self._val, self._val_rollout = [], 0.0
+                                 "wall_s": union_seconds(intervals), "rollout_s": self._val_rollout,
+                                 "success": sum(wins) / len(wins) if wins else None, "outcomes": self._val_outcomes})
+        self._val, self._val_rollout, self._val_outcomes = [], 0.0, []
 
 
 def run(max_epochs: int, extra: list[str], save_batches: bool) -> tuple[PhaseTimer, float, dict[str, Any]]:
@@ -191,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-epochs", type=int, default=3, help="training iterations to run")
     parser.add_argument("--save-batches", action="store_true",
                         help="keep each training batch as benchmarks/data/<env>/run_XX.pkl.xz for benchmarks.shaper_cost")
+    parser.add_argument("--out", default="iteration_breakdown",
+                        help="result name under benchmarks/results/ (the full quickstart: --max-epochs 4 --out quickstart)")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --data.group_size=8
     started = machine()
     timer, fit_s, settings = run(args.max_epochs, extra, args.save_batches)
@@ -199,10 +211,11 @@ def main(argv: list[str] | None = None) -> None:
         "what": "phase seconds of real quickstart iterations (time/ metrics + wall clocks); validation apart",
         "config": str(QUICKSTART), "cli_overrides": extra, "settings": settings, "fit_wall_s": round(fit_s, 1),
         **summarise(iterations),
-        "validation_runs": [{k: round(v, 2) for k, v in val.items()} for val in timer.validations],
+        "validation_runs": [{k: round(v, 2) if isinstance(v, float) else v for k, v in val.items()}
+                            for val in timer.validations],
         "iterations": iterations, "machine": started, "load_average_at_end": load_average(),
     }
-    write_result("iteration_breakdown", result)
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":
