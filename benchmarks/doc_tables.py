@@ -55,6 +55,7 @@ BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "learning-pairwise": ("learning.json", learning_report.pairwise_table),
     "learning-iterations": ("learning.json", learning_report.iterations_table),
     "numerics-one-step": ("numerics.json", numerics_one_step),
+    "numerics-bf16-sampler": ("run_speed_bf16_train.json", speed_report.training_iterations),
     "benchmarks-numerics": ("numerics.json", report.numerics),
     "benchmarks-iteration-speed": ("iteration_speed.json", report.iteration_speed),
     "benchmarks-shaper-cost": ("shaper_cost.json", report.shaper_cost),
