@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     started = machine()
     result = {"what": "µs per F.linear call at SmolLM2-135M's projection shapes, decode rows, torch.no_grad, "
-                      "per weight handling under bf16 autocast", "rounds": args.rounds, "us_per_call": measure(args.rounds), "machine": started,
-              "load_average_at_end": load_average(), "note": args.note}
+                      "per weight handling under bf16 autocast", "rounds": args.rounds,
+              "us_per_call": measure(args.rounds), "machine": started, "load_average_at_end": load_average(),
+              "note": args.note}
     write_result("autocast_cast", result)
     return result
 
