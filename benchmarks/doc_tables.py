@@ -1,8 +1,9 @@
 """The Markdown tables of README.md and docs/*.md that come from result files, printed from them.
 
 A table in a doc sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``BLOCKS[NAME]``
-says which result file it comes from and which function prints it. ``--write`` rewrites every
-marked table from the committed results; ``tests/test_doc_tables.py`` fails on any difference.
+says which result files it comes from and which function prints it (from those files, in order).
+``--write`` rewrites every marked table from the committed results; ``tests/test_doc_tables.py``
+fails on any difference.
 
     python -m benchmarks.doc_tables           # list the tables that differ from their result files
     python -m benchmarks.doc_tables --write   # rewrite them
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import learning_report, report
+from benchmarks import learning_report, report, speed_report
 from benchmarks.common import RESULTS
 
 DOCS = (Path("README.md"), Path("docs/learning.md"), Path("docs/numerics.md"), Path("docs/quickstart.md"),
@@ -46,23 +47,44 @@ def numerics_one_step(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: name -> (result file under benchmarks/results, the function printing its table).
-BLOCKS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+#: name -> (result file(s) under benchmarks/results, the function printing its table from them).
+BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "learning-dev-3dd2314": ("learning_dev_3dd2314.json", learning_report.dev_history_table),
     "learning-runs": ("learning.json", learning_report.runs_table),
     "learning-methods": ("learning.json", learning_report.methods_table),
     "learning-pairwise": ("learning.json", learning_report.pairwise_table),
     "learning-iterations": ("learning.json", learning_report.iterations_table),
     "numerics-one-step": ("numerics.json", numerics_one_step),
+    "numerics-bf16-sampler": ("run_speed_bf16_train.json", speed_report.training_iterations),
     "benchmarks-numerics": ("numerics.json", report.numerics),
+    "benchmarks-iteration-speed": ("iteration_speed.json", report.iteration_speed),
+    "benchmarks-shaper-cost": ("shaper_cost.json", report.shaper_cost),
+    "benchmarks-credit-math": ("credit_math.json", report.credit_math),
+    "benchmarks-env-throughput": ("env_throughput.json", report.env_throughput),
+    "benchmarks-iteration-breakdown": ("iteration_breakdown.json", report.iteration_breakdown),
+    "benchmarks-hf-engine": ("hf_engine_threads2.json", report.hf_engine),
+    "benchmarks-minilm-scorer": ("minilm_scorer.json", report.measures),
+    "benchmarks-alfworld-env": ("alfworld_env.json", report.alfworld_env),
+    "benchmarks-webshop-env": ("webshop_env.json", report.measures),
+    "benchmarks-collector": (("record_batches_alfworld.json", "record_batches_webshop.json",
+                              "iteration_breakdown.json"), report.collector),
+    "benchmarks-roofline": ("roofline.json", speed_report.roofline),
+    "benchmarks-autocast-cast": ("autocast_cast.json", speed_report.autocast_cast),
+    "benchmarks-validation-speed": ("run_speed_validation.json", speed_report.validation_runs),
+    "benchmarks-prefix-prefill": ("prefix_prefill.json", speed_report.prefix_prefill),
 }
 
 
-def render(name: str, results: Path = RESULTS) -> str:
+def result_files(name: str) -> tuple[str, ...]:
     if name not in BLOCKS:
         raise KeyError(f"table {name!r} is not in benchmarks.doc_tables.BLOCKS ({', '.join(BLOCKS)})")
-    file, fn = BLOCKS[name]
-    return fn(json.loads((results / file).read_text()))
+    files = BLOCKS[name][0]
+    return (files,) if isinstance(files, str) else files
+
+
+def render(name: str, results: Path = RESULTS) -> str:
+    loaded = [json.loads((results / f).read_text()) for f in result_files(name)]
+    return BLOCKS[name][1](*loaded)
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

@@ -1,22 +1,17 @@
-"""Print the markdown tables of ``docs/benchmarks.md`` from ``benchmarks/results/*.json``.
+"""The Markdown tables of ``docs/benchmarks.md``, printed from ``benchmarks/results/*.json``.
 
-After rerunning benchmarks, paste the tables this prints over the "Results" section of docs/benchmarks.md:
+``benchmarks.doc_tables`` registers each of them and rewrites the page (``--write``); this prints
+them all, under their block names:
 
     python -m benchmarks.report
 """
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS
 from scpo_lightning.cli_args import ArgumentParser
-
-
-def _load(name: str) -> dict[str, Any] | None:
-    path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -76,22 +71,22 @@ def env_throughput(r: dict[str, Any]) -> str:
         f"\n\nMachine: {_machine(r['machine'])}."
 
 
-def collector(recordings: dict[str, dict[str, Any]], breakdown: dict[str, Any] | None) -> str:
+def collector(alfworld: dict[str, Any], webshop: dict[str, Any], breakdown: dict[str, Any]) -> str:
     """Rows (= env steps) per second of the whole collector with the quickstart policy."""
     rows = []
-    for env, r in recordings.items():
+    for r in (alfworld, webshop):
+        env = r["env"]
         success = 100 * sum(b["success"] for b in r["batches"]) / max(len(r["batches"]), 1)
         load = r["machine_at_start"]["load_average"][0]
         rows.append([f"{env}: benchmarks.record_batches", r["attempts"], r["batches_with_mixed_group"], f"{success:.1f} %",
                      r["collector_rows_per_s"], f"{100 * r['generate_share_of_rollout']:.1f} %", load])
-    if breakdown:
-        its = breakdown["iterations"]
-        rollout = sum(i["rollout_s"] for i in its)
-        rows.append(["alfworld: benchmarks.iteration_breakdown (training batches)", len(its),
-                     sum(i["groups_with_reference"] > 0 for i in its),
-                     f"{100 * sum(i['success'] for i in its) / len(its):.1f} %",
-                     round(sum(i["rows"] for i in its) / rollout, 3),
-                     f"{100 * sum(i['generate_s'] for i in its) / rollout:.1f} %", breakdown["machine"]["load_average"][0]])
+    its = breakdown["iterations"]
+    rollout = sum(i["rollout_s"] for i in its)
+    rows.append(["alfworld: benchmarks.iteration_breakdown (training batches)", len(its),
+                 sum(i["groups_with_reference"] > 0 for i in its),
+                 f"{100 * sum(i['success'] for i in its) / len(its):.1f} %",
+                 round(sum(i["rows"] for i in its) / rollout, 3),
+                 f"{100 * sum(i['generate_s'] for i in its) / rollout:.1f} %", breakdown["machine"]["load_average"][0]])
     return _table(["collector run", "batches", "with a mixed group", "episode success", "rows (env steps) / s",
                    "generation share of rollout", "load average at start"], rows)
 
@@ -151,9 +146,8 @@ def hf_engine(r: dict[str, Any]) -> str:
     head = (f"{r['batch']} prompts of {r['prompt_tokens_mean']} tokens in one micro-batch, "
             f"{r['admissible_actions_per_prompt']} admissible actions each; GGUF -> fp32 conversion "
             f"{r['convert_s']} s once, then {r['load_from_cache_s']} s from the cache.\n\n")
-    machine = _machine(r["machine"]) if "machine" in r else "not recorded (rerun the benchmark)"
     return head + _table(["autocast", "mode", "seconds", "tokens generated", "tokens/s", "finished"], rows) + \
-        f"\n\nMachine: {machine}."
+        f"\n\nMachine: {_machine(r['machine'])}."
 
 
 def numerics(r: dict[str, Any]) -> str:
@@ -181,28 +175,28 @@ def numerics(r: dict[str, Any]) -> str:
 
 def measures(r: dict[str, Any]) -> str:
     """A result of the smaller component benchmarks as a measure/value table."""
-    machine = _machine(r["machine"]) if "machine" in r else "not recorded (rerun the benchmark)"
-    return _table(["measure", "value"], _flat(r)) + f"\n\nMachine: {machine}."
+    return _table(["measure", "value"], _flat(r)) + f"\n\nMachine: {_machine(r['machine'])}."
+
+
+def iteration_speed(r: dict[str, Any]) -> str:
+    """Seconds per phase and rows/s of one recorded batch per setting (each setting's fastest run)."""
+    s0 = r["settings"][0]
+    rows = [[s["setting"], s["generate_s"], s["logprobs_s"], s["update_s"], " / ".join(map(str, s["runs_model_s"])),
+             round(s["rows_per_s"], 2), f"{s['speedup_vs_filed']:.2f}"] for s in r["settings"]]
+    return (_table(["setting", "generation s", "old + ref log-probs s", "update s", "model s of each run", "rows/s",
+                    "vs the filed quickstart"], rows)
+            + f"\n\n{s0['rows']} rows ({s0['tokens']} tokens) of `{r['batch']}`, {r['repeat']} runs per setting "
+              f"round-robin, the fastest kept. Machine: {_machine(r['machine'])}, "
+              f"at end {r['load_average_at_end'][0]}.")
 
 
 def main(argv: list[str] | None = None) -> None:
     ArgumentParser(description=__doc__.split("\n")[0]).parse_args(argv)  # takes no options: --help, or refuses
-    sections = [("Shaper cost", "shaper_cost", shaper_cost), ("Credit math", "credit_math", credit_math),
-                ("Environment throughput", "env_throughput", env_throughput),
-                ("Iteration breakdown", "iteration_breakdown", iteration_breakdown),
-                ("HF engine (SmolLM2 generation)", "hf_engine_threads2", hf_engine),
-                ("Log-prob numerics (SmolLM2)", "numerics", numerics),
-                ("MiniLM scorer", "minilm_scorer", measures), ("ALFWorld env", "alfworld_env", alfworld_env),
-                ("Embedded WebShop env", "webshop_env", measures)]
-    for title, name, render in sections:
-        result = _load(name)
-        print(f"### {title}\n\n" + (render(result) if result else f"(no results/{name}.json yet)") + "\n")
-    recordings = {env: r for env in ("alfworld", "webshop") if (r := _load(f"record_batches_{env}"))}
-    if recordings:
-        print("### Collector (quickstart policy)\n\n" + collector(recordings, _load("iteration_breakdown")) + "\n")
-    from benchmarks import speed_report
+    # imported here: doc_tables imports this module's render functions
+    from benchmarks.doc_tables import blocks, render
 
-    speed_report.main()
+    for name, _ in blocks(Path("docs/benchmarks.md").read_text()):
+        print(f"### {name}\n\n{render(name)}\n")
 
 
 if __name__ == "__main__":

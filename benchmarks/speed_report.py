@@ -1,13 +1,16 @@
-"""The tables of issue 30's speed work (prefix sharing, roofline, whole runs), from their result files.
-
-    python -m benchmarks.speed_report      # also printed by python -m benchmarks.report
+"""The tables of issue 30's speed work (prefix sharing, roofline, whole runs, autocast's cast cost),
+from their result files; ``benchmarks.doc_tables`` puts them in docs/benchmarks.md and docs/numerics.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report import _load, _machine, _table
+from benchmarks.report import _machine, _table
+
+
+def _footer(r: dict[str, Any]) -> str:
+    return f"Machine: {_machine(r['machine'])}, at end {r['load_average_at_end'][0]}; {r['note']}."
 
 
 def prefix_prefill(r: dict[str, Any]) -> str:
@@ -28,7 +31,7 @@ def prefix_prefill(r: dict[str, Any]) -> str:
         out += "\n\n" + _table(["timed", "generate calls", "prefill today s", "prefill shared s", "speed-up",
                                 "generate today s", "generate shared s", "speed-up", "same tokens",
                                 "max \\|Δ log p\\|"], rows)
-    return out + f"\n\nMachine: {_machine(r['machine'])}, at end {r['load_average_at_end'][0]}; {r['note']}."
+    return out + "\n\n" + _footer(r)
 
 
 def roofline(r: dict[str, Any]) -> str:
@@ -42,29 +45,43 @@ def roofline(r: dict[str, Any]) -> str:
             f"{r['validation_prompts']}-prompt validation call, fp32 with LoRA 16:\n\n")
     out += _table(["phase", "seconds", "GFLOP done", "GFLOP/s", "share of fp32 peak", "share of bf16 peak"],
                   [[p["phase"], p["seconds"], p["gflop"], p["gflops_per_s"], f"{p['share_of_fp32_peak']:.0%}",
-                    f"{p['share_of_bf16_peak']:.0%}"] for p in r["phases"]])
-    return out + f"\n\nMachine: {_machine(r['machine'])}, at end {r['load_average_at_end'][0]}; {r['note']}."
+                    f"{p['share_of_bf16_peak']:.1%}"] for p in r["phases"]])
+    return out + "\n\n" + _footer(r)
 
 
-def run_speed(r: dict[str, Any]) -> str:
-    rows = [[x["variant"], x["wall_s"], x.get("wall_vs_today", ""), x["validation_s"],
-             x["validation_episodes_per_s"], " / ".join(f"{v['successes']}/{v['episodes']}" for v in x["validations"]),
-             x.get("same_outcomes_as_today", "")] for x in r["runs"]]
-    return (_table(["variant", "wall s", "vs today", "validation s", "validation episodes/s", "successes",
-                    "same outcomes as today"], rows)
-            + f"\n\nArguments: {r['args']}. Machine: {_machine(r['machine'])}, at end {r['load_average_at_end'][0]}.")
+def _overrides(run: dict[str, Any], sep: str = "<br>") -> str:
+    return sep.join(f"`{o}`" for o in run["overrides"]) or "(the recipe)"
 
 
-SECTIONS = [("Prefix-shared prefill", "prefix_prefill", prefix_prefill), ("Roofline", "roofline", roofline),
-            ("Whole runs, per code path", "run_speed", run_speed),
-            ("Validation, per code path", "validation_speed", run_speed)]
+def validation_runs(r: dict[str, Any]) -> str:
+    """A validate-only ``run_speed`` result: one row per variant, the whole validate call timed."""
+    rows = [[x["variant"], _overrides(x), x["wall_s"], x["validation_episodes_per_s"],
+             " / ".join(f"{v['successes']} of {v['episodes']}" for v in x["validations"]),
+             f"{x['prefill_counts']['prefilled_tokens']} of {x['prefill_counts']['prompt_tokens']}"] for x in r["runs"]]
+    return (_table(["variant", "overrides of the recipe", "wall s (model load included)", "episodes / s", "won",
+                    "prompt tokens prefilled"], rows)
+            + f"\n\n`{r['args']['config']}`, seed {r['args']['seed']}, {r['args']['val_episodes']} dev-panel games, "
+              "each variant once, one after the other in one process. " + _footer(r))
 
 
-def main() -> None:
-    for title, name, render in SECTIONS:
-        result = _load(name)
-        print(f"### {title}\n\n" + (render(result) if result else f"(no results/{name}.json yet)") + "\n")
+def training_iterations(r: dict[str, Any]) -> str:
+    """A training ``run_speed`` result: each iteration's phase seconds and rollout-vs-train mismatch."""
+    # + 0.0: a k3 rounded to -0.0 in the file would print as "-0"
+    rows = [[x["variant"], i["iteration"], i["rows"], f"{i['generate_s']:.1f}", f"{i['time/logprobs_s']:.1f}",
+             f"{i['time/update_s']:.1f}", f"{i['rollout/logprob_k3'] + 0.0:.2g}",
+             f"{i['rollout/logprob_diff_mean']:.2g}", f"{i['rollout/logprob_diff_max']:.2g}", f"{i['train/kl']:.2f}", f"{i['train/clip_frac']:.3f}"]
+            for x in r["runs"] for i in x["iterations"]]
+    variants = "; ".join(f"{x['variant']}: {_overrides(x, ', ')}" for x in r["runs"])
+    return (_table(["variant", "iteration", "rows", "generation s", "log-probs s", "update s", "`rollout/logprob_k3`",
+                    "`logprob_diff_mean`", "`logprob_diff_max`", "`train/kl`", "`train/clip_frac`"], rows)
+            + f"\n\n`{r['args']['config']}`, seed {r['args']['seed']}, {r['args']['iterations']} iterations, no "
+              f"validation; {variants}. " + _footer(r))
 
 
-if __name__ == "__main__":
-    main()
+def autocast_cast(r: dict[str, Any]) -> str:
+    """µs per ``F.linear`` call per weight handling, and what autocast's re-cast of a frozen weight costs."""
+    rows = [[shape, *(v[k] for k in ("fp32", "autocast_frozen", "autocast_requires_grad", "bf16_copy")),
+             f"{v['autocast_frozen'] / v['autocast_requires_grad']:.1f}x"] for shape, v in r["us_per_call"].items()]
+    return (_table(["shape (F.linear, rows)", "fp32 µs", "bf16 autocast, frozen weight µs",
+                    "bf16 autocast, weight requires grad (cast cached) µs", "bf16 copy of the weight µs",
+                    "frozen / cached"], rows) + "\n\n" + _footer(r))
