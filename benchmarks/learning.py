@@ -6,7 +6,7 @@ and differs from the others of its seed only in the method (``benchmarks/learnin
 sampling seed. Validation: iteration 0 and the final iteration on the frozen test panel, the
 ones between on the dev panel (``--dev``: all on the dev panel, for choosing the recipe).
 
-    python -m benchmarks.learning --methods gigpo scpo --seeds 0 1   # ~20-28 min a run, 2 cores
+    python -m benchmarks.learning --methods gigpo scpo --seeds 0 1   # each run file: its wall time in `timing`
     python -m benchmarks.learning --grid      # every (method, seed) of GRID not yet done
     python -m benchmarks.learning --report    # learning.json, learning.png and the tables
     python -m benchmarks.learning --smoke     # a tiny random model on the corridor world: seconds
