@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from benchmarks.common import RESULTS
-from scpo_lightning.cli_args import ArgumentParser
+from envs.common.cli_args import ArgumentParser
 
 
 def _load(name: str) -> dict[str, Any] | None:

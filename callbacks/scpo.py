@@ -28,9 +28,9 @@ from typing import Any
 import lightning as L
 import numpy as np
 
+from envs.common.rules import FLAG, MAPPING, check, count, number, one_of, optional, positive
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_scpo_callback
 from scpo_lightning.credit import ShapingResult, apply_plan
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
@@ -112,7 +112,14 @@ class SCPOCallback(L.Callback):
         scorer_timeout_s: float | None = 1800.0,
         seed: int = 0,
     ):
-        check_scpo_callback(locals())  # its own values (scpo_lightning/config_checks.py); SCPOConfig's next
+        check("SCPOCallback", SCPOCallback, locals(), {  # its own values; SCPOConfig checks the shaping ones next
+            "scorer_options": MAPPING, "cache_entries": count(0), "tau_succ": number(finite=True),
+            "monotonic": FLAG, "on_scorer_error": one_of(*ON_SCORER_ERROR), "scorer_timeout_s": optional(positive()),
+            "seed": count(0), "buffer_size": count(1), "buffer_max_age": optional(count(1)),
+        })
+        if buffer_max_age is not None and reference_source == "siblings":
+            raise ValueError(f"SCPOCallback.buffer_max_age={buffer_max_age} applies to the success buffer, which "
+                             "reference_source: siblings does not keep; set reference_source: both (or buffer), or remove it")
         try:
             self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
                                      order=order, order_partitions=order_partitions, monotonic=monotonic,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scpo_lightning.packages import check_all, require
+from envs.common.packages import check_all, require
 
 #: ``scorer_options.backend`` -> the package it imports and how to install it.
 BACKENDS = {

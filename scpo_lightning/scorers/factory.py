@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scpo_lightning.config_checks import check_keywords
+from envs.common.rules import check_keywords
 from scpo_lightning.scorers.base import StepScorer
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
