@@ -35,7 +35,7 @@ from scpo_lightning.credit import ShapingResult, apply_plan
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
-from scpo_lightning.scorers.factory import check_scorer_options
+from scpo_lightning.scorers.factory import check_scorer_options, check_scorer_values
 from scpo_lightning.scpo_config import SCPOConfig, reference_kind
 from scpo_lightning.shaper import ShapingPlan, plan_shaping
 
@@ -43,22 +43,24 @@ log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
 
 
-def check_scorer(name: str, options: dict[str, Any]) -> None:
-    """Fail at config time, before any model loads, when the chosen scorer cannot be built."""
+def check_scorer(name: str, options: dict[str, Any], run_options: dict[str, Any]) -> None:
+    """Fail at config time, before any model loads, when the chosen scorer cannot be built: the
+    ``options`` given, the values set-up checks (of ``run_options``, as it passes them), then
+    what this machine may lack (which the dry run lists)."""
     if name not in SCORERS:
         raise ValueError(f"SCPOCallback.scorer={name!r}: choose one of {sorted(SCORERS)}")
     check_scorer_options(name, options, field="SCPOCallback.scorer_options")
+    mapping = options.get("mapping")
+    if name == "minilm" and ("theta" in options or (isinstance(mapping, dict) and "theta" in mapping)):
+        raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
+                         "calibration's match knot follows it, so remove theta from scorer_options")
+    check_scorer_values(name, run_options)
     if name == "bge":
         from scpo_lightning.scorers.bge import check_bge_options
 
         check_bge_options(options)
     if name == "minilm":
         from scpo_lightning.scorers.minilm import bundled_model_dir
-
-        mapping = options.get("mapping")
-        if "theta" in options or (isinstance(mapping, dict) and "theta" in mapping):
-            raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
-                             "calibration's match knot follows it, so remove theta from scorer_options")
 
         model_dir = options.get("model_dir")
         if not model_dir:
@@ -126,9 +128,9 @@ class SCPOCallback(L.Callback):
                                      reference_source=reference_source)
         except ValueError as exc:  # its message starts with the field name
             raise ValueError(f"SCPOCallback.{exc}") from None
-        # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
-        check_scorer(scorer, dict(scorer_options or {}))
         self.scorer_name, self.scorer_options = scorer, dict(scorer_options or {})
+        # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
+        check_scorer(scorer, self.scorer_options, self.run_scorer_options())
         self.cache_entries = cache_entries
         self.on_scorer_error, self.scorer_timeout_s = on_scorer_error, scorer_timeout_s
         self.rng = np.random.default_rng(seed)
@@ -142,8 +144,11 @@ class SCPOCallback(L.Callback):
         check_reads_step_credit(pl_module.estimator)
 
     def check_data(self, datamodule: Any) -> None:
-        """Start-up check against the env (also run by ``--dry_run``): tau_succ within its episode rewards."""
+        """Start-up check against the env (also run by ``--dry_run``): the scorer's values as set-up
+        builds it for this env (MiniLM: the env's calibration), tau_succ within its episode rewards."""
         spec, tau = getattr(datamodule, "spec", None), self.config.tau_succ
+        if spec is not None:
+            check_scorer_values(self.scorer_name, self.run_scorer_options(spec))
         if spec is None or spec.reward_range[0] <= tau < spec.reward_range[1]:
             return
         low, high = spec.reward_range
