@@ -17,21 +17,20 @@ from envs.registry import SPECS
 from scpo_lightning.dynamic_sampling import DynamicSampling
 from scpo_lightning.rollout import RolloutConfig
 
-RULES = {
-    "env": one_of(*sorted(SPECS)), "env_options": MAPPING, "train_split": TEXT,
-    "train_tasks": optional(count(1)),
-    "val_split": Rule(lambda v: TEXT.ok(v) or (TEXTS.ok(v) and len(v) > 0), "a split name or a non-empty list of them"),
-    "val_start_index": count(0), "groups_per_batch": count(1), "group_size": count(2),
-    "val_episodes": count(0), "val_batch_episodes": count(1), "rollout": instance(RolloutConfig),
-    "workers": count(0), "worker_backend": one_of("process", "ray"), "ray_address": optional(TEXT),
-    "step_timeout_s": positive(), "reset_timeout_s": positive(), "seed": count(0), "progress": FLAG,
-    "dynamic_sampling": instance(DynamicSampling),
-}
-
 
 def check_datamodule(cls: type, values: Mapping[str, Any]) -> None:
     """``cls`` (RolloutDataModule) is being built with ``values``, its ``__init__`` locals."""
-    check("data", cls, values, RULES)
+    # Built at each call: data.env may name any env registered by then (envs.registry.SPECS).
+    check("data", cls, values, {
+        "env": one_of(*sorted(SPECS)), "env_options": MAPPING, "train_split": TEXT,
+        "train_tasks": optional(count(1)),
+        "val_split": Rule(lambda v: TEXT.ok(v) or (TEXTS.ok(v) and len(v) > 0), "a split name or a non-empty list of them"),
+        "val_start_index": count(0), "groups_per_batch": count(1), "group_size": count(2),
+        "val_episodes": count(0), "val_batch_episodes": count(1), "rollout": instance(RolloutConfig),
+        "workers": count(0), "worker_backend": one_of("process", "ray"), "ray_address": optional(TEXT),
+        "step_timeout_s": positive(), "reset_timeout_s": positive(), "seed": count(0), "progress": FLAG,
+        "dynamic_sampling": instance(DynamicSampling),
+    })
     spec, rollout = SPECS[values["env"]], values["rollout"]
     family = spec.prompt.name
     if rollout is not None and rollout.env not in (None, family):

@@ -30,31 +30,29 @@ def _names_estimator(name: Any) -> bool:  # a mapping is checked when it is buil
         return False
 
 
-RULES = {
-    "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"),
-    "estimator": Rule(_names_estimator, f"one of {tuple(ESTIMATORS)}, the import path of an Estimator subclass or "
-                      "{class_path: ..., init_args: ...}"),
-    "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
-    "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
-    "grad_clip": positive(),  # finite, as every float setting: a huge value clips nothing
-    "clip_eps": number(0, 1, low_open=True, high_open=True),
-    "dual_clip": number(1, low_open=True, finite=True),
-    "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
-    "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
-    "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
-    "val_temperature": number(0, finite=True),  # 0: greedy
-    "generation_batch_size": count(1), "generation_autocast": optional(one_of("bfloat16", "float16")),
-    "val_generation_autocast": optional(one_of("bfloat16", "float16")),
-    "engine": one_of(*ENGINES), "engine_options": MAPPING, "gradient_checkpointing": FLAG,
-    "reference_offload": FLAG, "lora_rank": count(0), "cache_dir": optional(TEXT),
-    "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
-    "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
-}
-
-
 def check_module(cls: type, values: Mapping[str, Any]) -> None:
     """``cls`` (SCPOModule) is being built with ``values``, its ``__init__`` locals."""
-    check("model", cls, values, RULES)
+    # Built at each call, as the estimator's message lists the estimators registered at that moment.
+    check("model", cls, values, {
+        "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"),
+        "estimator": Rule(_names_estimator, f"one of {tuple(ESTIMATORS)}, the import path of an Estimator subclass or "
+                          "{class_path: ..., init_args: ...}"),
+        "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
+        "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
+        "grad_clip": positive(),  # finite, as every float setting: a huge value clips nothing
+        "clip_eps": number(0, 1, low_open=True, high_open=True),
+        "dual_clip": number(1, low_open=True, finite=True),
+        "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
+        "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
+        "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
+        "val_temperature": number(0, finite=True),  # 0: greedy
+        "generation_batch_size": count(1), "generation_autocast": optional(one_of("bfloat16", "float16")),
+        "val_generation_autocast": optional(one_of("bfloat16", "float16")),
+        "engine": one_of(*ENGINES), "engine_options": MAPPING, "gradient_checkpointing": FLAG,
+        "reference_offload": FLAG, "lora_rank": count(0), "cache_dir": optional(TEXT),
+        "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
+        "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
+    })
     if values["micro_batch_rows"] > values["mini_batch_rows"]:
         raise ValueError(f"model.micro_batch_rows={values['micro_batch_rows']} is more than model.mini_batch_rows="
                          f"{values['mini_batch_rows']}: a micro-batch is a slice of a mini-batch; set micro_batch_rows "
