@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from benchmarks import plain_loop  # noqa: E402
 from benchmarks.common import RESULTS, load_average, machine, write_result  # noqa: E402
-from scpo_lightning.cli_args import ArgumentParser, integer  # noqa: E402
+from envs.common.cli_args import ArgumentParser, integer  # noqa: E402
 from scpo_lightning.gigpo import gigpo_advantage  # noqa: E402
 from scpo_lightning.ordering import processing_order  # noqa: E402
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns  # noqa: E402

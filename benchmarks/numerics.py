@@ -34,7 +34,7 @@ import torch
 
 from benchmarks.common import RESULTS, load_average, machine, write_result
 from benchmarks.record_batches import load_batches
-from scpo_lightning.cli_args import ArgumentParser, integer
+from envs.common.cli_args import ArgumentParser, integer
 from scpo_lightning.logprobs import response_logprobs
 from scpo_lightning.model_setup import with_lora
 from scpo_lightning.losses import k3_kl, policy_loss

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scpo_lightning.cli_args import ArgumentParser
+from envs.common.cli_args import ArgumentParser
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import lightning as L
 
-from scpo_lightning.config_checks import check_hf_export
+from envs.common.rules import FLAG, TEXT, check, optional
 from scpo_lightning.sharding import full_state_dict, is_sharded
 
 
@@ -19,7 +19,7 @@ class HFExport(L.Callback):
     """
 
     def __init__(self, dirpath: str | None = None, merge_lora: bool = True):
-        check_hf_export(locals())
+        check("HFExport", HFExport, locals(), {"dirpath": optional(TEXT), "merge_lora": FLAG})
         self.dirpath, self.merge_lora = dirpath, merge_lora
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -18,9 +18,9 @@ import lightning as L
 import numpy as np
 
 from callbacks.heatmap import credit_heatmap
+from envs.common.rules import check, count
 from envs.worker import WORKERS_RESTARTED
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_rl_logger
 from scpo_lightning.metrics import batch_metrics, reduce_scalars
 
 
@@ -34,7 +34,8 @@ class RLLogger(L.Callback):
     """
 
     def __init__(self, heatmap_every: int = 1, trajectories: int = 2, text_every: int = 5):
-        check_rl_logger(locals())
+        check("RLLogger", RLLogger, locals(),
+              {"heatmap_every": count(0), "trajectories": count(0), "text_every": count(0)})
         self.heatmap_every, self.trajectories, self.text_every = heatmap_every, trajectories, text_every
         self.env_failure_totals: dict[str, float] = {}  # since the run began (kept in checkpoints)
         self._val_failures: dict[str, float] = {}

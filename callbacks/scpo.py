@@ -28,14 +28,14 @@ from typing import Any
 import lightning as L
 import numpy as np
 
+from envs.common.rules import FLAG, MAPPING, check, count, number, one_of, optional, positive
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_scpo_callback
 from scpo_lightning.credit import ShapingResult, apply_plan
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
-from scpo_lightning.scorers.factory import check_scorer_options
+from scpo_lightning.scorers.factory import check_scorer_options, check_scorer_values
 from scpo_lightning.scpo_config import SCPOConfig, reference_kind
 from scpo_lightning.shaper import ShapingPlan, plan_shaping
 
@@ -43,22 +43,24 @@ log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
 
 
-def check_scorer(name: str, options: dict[str, Any]) -> None:
-    """Fail at config time, before any model loads, when the chosen scorer cannot be built."""
+def check_scorer(name: str, options: dict[str, Any], run_options: dict[str, Any]) -> None:
+    """Fail at config time, before any model loads, when the chosen scorer cannot be built: the
+    ``options`` given, the values set-up checks (of ``run_options``, as it passes them), then
+    what this machine may lack (which the dry run lists)."""
     if name not in SCORERS:
         raise ValueError(f"SCPOCallback.scorer={name!r}: choose one of {sorted(SCORERS)}")
     check_scorer_options(name, options, field="SCPOCallback.scorer_options")
+    mapping = options.get("mapping")
+    if name == "minilm" and ("theta" in options or (isinstance(mapping, dict) and "theta" in mapping)):
+        raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
+                         "calibration's match knot follows it, so remove theta from scorer_options")
+    check_scorer_values(name, run_options)
     if name == "bge":
         from scpo_lightning.scorers.bge import check_bge_options
 
         check_bge_options(options)
     if name == "minilm":
         from scpo_lightning.scorers.minilm import bundled_model_dir
-
-        mapping = options.get("mapping")
-        if "theta" in options or (isinstance(mapping, dict) and "theta" in mapping):
-            raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
-                             "calibration's match knot follows it, so remove theta from scorer_options")
 
         model_dir = options.get("model_dir")
         if not model_dir:
@@ -112,16 +114,23 @@ class SCPOCallback(L.Callback):
         scorer_timeout_s: float | None = 1800.0,
         seed: int = 0,
     ):
-        check_scpo_callback(locals())  # its own values (scpo_lightning/config_checks.py); SCPOConfig's next
+        check("SCPOCallback", SCPOCallback, locals(), {  # its own values; SCPOConfig checks the shaping ones next
+            "scorer_options": MAPPING, "cache_entries": count(0), "tau_succ": number(finite=True),
+            "monotonic": FLAG, "on_scorer_error": one_of(*ON_SCORER_ERROR), "scorer_timeout_s": optional(positive()),
+            "seed": count(0), "buffer_size": count(1), "buffer_max_age": optional(count(1)),
+        })
+        if buffer_max_age is not None and reference_source == "siblings":
+            raise ValueError(f"SCPOCallback.buffer_max_age={buffer_max_age} applies to the success buffer, which "
+                             "reference_source: siblings does not keep; set reference_source: both (or buffer), or remove it")
         try:
             self.config = SCPOConfig(alpha=alpha, theta=theta, lam=lam, tau_succ=tau_succ, reference=reference,
                                      order=order, order_partitions=order_partitions, monotonic=monotonic,
                                      reference_source=reference_source)
         except ValueError as exc:  # its message starts with the field name
             raise ValueError(f"SCPOCallback.{exc}") from None
-        # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
-        check_scorer(scorer, dict(scorer_options or {}))
         self.scorer_name, self.scorer_options = scorer, dict(scorer_options or {})
+        # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
+        check_scorer(scorer, self.scorer_options, self.run_scorer_options())
         self.cache_entries = cache_entries
         self.on_scorer_error, self.scorer_timeout_s = on_scorer_error, scorer_timeout_s
         self.rng = np.random.default_rng(seed)
@@ -135,8 +144,11 @@ class SCPOCallback(L.Callback):
         check_reads_step_credit(pl_module.estimator)
 
     def check_data(self, datamodule: Any) -> None:
-        """Start-up check against the env (also run by ``--dry_run``): tau_succ within its episode rewards."""
+        """Start-up check against the env (also run by ``--dry_run``): the scorer's values as set-up
+        builds it for this env (MiniLM: the env's calibration), tau_succ within its episode rewards."""
         spec, tau = getattr(datamodule, "spec", None), self.config.tau_succ
+        if spec is not None:
+            check_scorer_values(self.scorer_name, self.run_scorer_options(spec))
         if spec is None or spec.reward_range[0] <= tau < spec.reward_range[1]:
             return
         low, high = spec.reward_range

@@ -8,10 +8,10 @@ from typing import Any
 
 from envs.alfworld.spec import SPEC as ALFWORLD
 from envs.base import TextEnv, group_slots
+from envs.common.rules import check_keywords
 from envs.spec import EnvSpec, PromptStyle
 from envs.toy import SPEC as CORRIDOR
 from envs.webshop.spec import SPEC as WEBSHOP
-from scpo_lightning.config_checks import check_keywords
 
 #: Every environment ``data.env`` can name: adding one is its module (envs/spec.py) plus a line here.
 SPECS: dict[str, EnvSpec] = {spec.name: spec for spec in (ALFWORLD, CORRIDOR, WEBSHOP)}

@@ -12,8 +12,8 @@ import random
 
 from envs.alfworld.spec import PROMPT as ALFWORLD_PROMPT
 from envs.base import Reset, TextEnv, Transition
+from envs.common.rules import check, count
 from envs.spec import EnvSpec
-from scpo_lightning.config_checks import check, count
 
 ACTIONS = ["go east", "go west", "look"]
 

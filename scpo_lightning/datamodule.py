@@ -25,12 +25,12 @@ import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
+from envs.common.packages import check_all, require
 from envs.registry import check_splits, env_spec, make_env_factory, make_pool, split_size
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_datamodule
+from scpo_lightning.datamodule_rules import check_datamodule
 from scpo_lightning.distributed import shard_bounds
-from scpo_lightning.packages import check_all, require
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
 from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
 
@@ -102,7 +102,7 @@ class RolloutDataModule(L.LightningDataModule):
         dynamic_sampling: DynamicSampling | None = None,
     ):
         super().__init__()
-        check_datamodule(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
+        check_datamodule(RolloutDataModule, locals())  # every value, before anything loads (datamodule_rules.py)
         check_worker_backend(worker_backend, ray_address, workers)
         self.spec = env_spec(env)
         self.rollout = dataclasses.replace(rollout or RolloutConfig(), env=self.spec.prompt.name)

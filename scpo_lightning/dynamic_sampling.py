@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from envs.common.rules import FLAG, check, count
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_dynamic_sampling
 
 #: The counts a batch's ``sampling_stats`` holds (summed over ranks; ``retries`` is every rank's).
 COUNTS = ("groups_collected", "groups_zero_variance", "groups_kept_for_scpo", "groups_surplus", "groups_dropped",
@@ -49,7 +49,7 @@ class DynamicSampling:
     max_retries: int = 3
 
     def __post_init__(self) -> None:
-        check_dynamic_sampling(self)
+        check("data.dynamic_sampling", DynamicSampling, vars(self), {"top_up": FLAG, "max_retries": count(1)})
 
 
 def zero_variance_groups(batch: RolloutBatch) -> set[int]:

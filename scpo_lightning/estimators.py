@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from scpo_lightning.config_checks import check_keywords
+from envs.common.rules import check_keywords
 from scpo_lightning.gigpo import check_similarity_thresh, gigpo_advantage, grpo_advantage, rloo_advantage
 
 

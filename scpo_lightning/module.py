@@ -20,14 +20,14 @@ import numpy as np
 import torch
 import torchmetrics
 
+from envs.common.packages import check_all, require
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_module
 from scpo_lightning.engines.factory import check_engine_installed, make_engine
 from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
 from scpo_lightning.model_setup import LORA_INSTALL, bf16_compute, data_parallel_mesh, with_lora
-from scpo_lightning.packages import check_all, require
+from scpo_lightning.module_rules import check_module
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.ppo_epoch import run_epoch
 from scpo_lightning.precision import prepare_weights
@@ -123,7 +123,7 @@ class SCPOModule(L.LightningModule):
         trust_remote_code: bool = False,
     ):
         super().__init__()
-        check_module(locals())  # every value, before anything loads (scpo_lightning/config_checks.py)
+        check_module(SCPOModule, locals())  # every value, before anything loads (scpo_lightning/module_rules.py)
         self.estimator = build_estimator(estimator)
         # What this machine may lack, all of it (--dry_run lists each): the model, the engine's package, peft.
         check_all(lambda: _check_policy(policy), lambda: check_engine_installed(engine),

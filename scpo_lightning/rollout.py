@@ -18,8 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from envs.common.rules import TEXTS, Rule, check, count, number, one_of, optional
+from envs.registry import prompt_styles
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.config_checks import check_rollout
 from scpo_lightning.engines.base import RolloutEngine, SamplingParams
 from scpo_lightning.prompts import build_prompt, project_action, prompt_style
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns
@@ -131,7 +132,15 @@ class RolloutConfig:
     system_prompt: str | None = None
 
     def __post_init__(self) -> None:
-        check_rollout(self)  # every value, at start-up (scpo_lightning/config_checks.py)
+        check("data.rollout", RolloutConfig, vars(self), {  # every value, at start-up
+            "env": optional(one_of(*sorted(prompt_styles()))), "max_steps": count(1), "history_length": count(0),
+            "max_prompt_tokens": count(1), "truncation": one_of(*TRUNCATION), "action_mode": one_of(*ACTION_MODES),
+            "gamma": number(0, 1), "invalid_penalty": number(0, finite=True), "exclude_actions": TEXTS,
+            "system_prompt": Rule(lambda v: v is None or isinstance(v, str), "null or a string"),
+        })
+        if self.exclude_actions and self.action_mode != "constrained":
+            raise ValueError("data.rollout.exclude_actions only applies to action_mode: constrained (a free-text "
+                             "model can write any command); remove it or set action_mode: constrained")
 
 
 def tokenize_prompt(tokenizer: Any, text: str, cfg: RolloutConfig) -> list[int]:

@@ -10,6 +10,16 @@ from typing import Any
 
 import numpy as np
 
+#: θ's one rule (SPEC §3.4-3.5): scores lie in [0, 1] and a pair matches when its score is >= θ, so
+#: θ = 1 still matches a perfect score (identical texts; tests/test_shaper.py) while θ <= 0 would
+#: match every pair. SCPOConfig (and so the dry run), this matcher and MiniLM's calibrated map, whose
+#: knot ``at_theta`` maps onto θ (monotone for every θ here), all check θ with ``theta_in_range``.
+THETA_RANGE = "(0, 1]"
+
+
+def theta_in_range(theta: float) -> bool:
+    return 0.0 < theta <= 1.0  # NaN fails
+
 
 def semantic_prefix_table(ref_sim: np.ndarray, theta: float) -> np.ndarray:
     """KMP prefix function over the reference, "a matches b" meaning ref_sim[a, b] >= θ (SPEC §3.5).
@@ -87,8 +97,8 @@ def credit_path(
 
 
 def check_thresholds(theta: float, lam: float) -> None:
-    if not 0.0 < theta <= 1.0:
-        raise ValueError(f"`theta` must be in (0, 1]; got {theta}")
+    if not theta_in_range(theta):
+        raise ValueError(f"`theta` must be in {THETA_RANGE}; got {theta}")
     if not 0.0 <= lam < 1.0:
         raise ValueError(f"`lam` must be in [0, 1); got {lam}")
 

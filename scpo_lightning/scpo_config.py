@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from scpo_lightning.ordering import ORDERS
+from scpo_lightning.scpo import THETA_RANGE, theta_in_range
 
 REFERENCES = ("longest", "shortest", "random")
 #: Where a group's reference comes from: ``reference_kind`` says it precisely.
@@ -50,7 +51,8 @@ class SCPOConfig:
         checks = [
             (0 <= self.alpha < math.inf,
              f"alpha={self.alpha} must be a finite number >= 0 (it weighs the credit: ALFWorld 0.5, WebShop 1.0)"),
-            (0 < self.theta <= 1, f"theta={self.theta} must be in (0, 1] (the similarity a step needs; paper: 0.6)"),
+            (theta_in_range(self.theta),
+             f"theta={self.theta} must be in {THETA_RANGE} (the similarity a step needs; paper: 0.6)"),
             (0 <= self.lam < self.theta,
              f"lam={self.lam} must be in [0, theta={self.theta}) (credit is max(0, M - lam) / (1 - lam); paper: 0.4)"),
             (self.reference in REFERENCES, f"reference={self.reference!r} must be one of {REFERENCES}"),

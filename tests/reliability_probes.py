@@ -166,7 +166,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from scpo_lightning.cli_args import ArgumentParser
+    from envs.common.cli_args import ArgumentParser
 
     parser = ArgumentParser(description="Print the probe table of tests/results/reliability_probes.json.")
     parser.add_argument("--write", action="store_true", help="write it into docs/reliability.md instead")

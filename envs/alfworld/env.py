@@ -19,8 +19,8 @@ from envs.alfworld.generator import SIZES
 from envs.alfworld.vocab import FAMILIES
 from envs.alfworld.real_data import LAYOUT_HINT, RealGames
 from envs.base import Reset, TextEnv, Transition
-from scpo_lightning.config_checks import TEXT, check, count, optional
-from scpo_lightning.packages import check_all, require
+from envs.common.packages import check_all, require
+from envs.common.rules import TEXT, check, count, optional
 
 NOTHING_HAPPENS = "Nothing happens."
 TASK_MARKER = "Your task is to: "

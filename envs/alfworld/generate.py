@@ -9,7 +9,7 @@ from rich.progress import Progress
 
 from envs.alfworld.games import GeneratedGames, default_cache_dir
 from envs.alfworld.generator import SIZES, SPLIT_SIZES
-from scpo_lightning.cli_args import ArgumentParser, check_order, integer
+from envs.common.cli_args import ArgumentParser, check_order, integer
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.common.packages import check_all, require
+from envs.common.rules import FLAG, TEXT, check, count, number, optional
 from envs.webshop.catalog import CATALOG_FILES
-from scpo_lightning.config_checks import FLAG, TEXT, check, count, number, optional
-from scpo_lightning.packages import check_all, require
 
 REWARD_MODES = ("binary", "graded")
 SEARCH_BACKENDS = ("bm25s", "pyserini")

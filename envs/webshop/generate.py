@@ -15,9 +15,9 @@ import random
 import string
 from pathlib import Path
 
+from envs.common.cli_args import ArgumentParser, integer
 from envs.webshop.catalog import ATTRIBUTES_FILE, GOALS_FILE, PRODUCTS_FILE
 from envs.webshop.vocab import BRANDS, DESCRIPTORS, OPENINGS, TYPES
-from scpo_lightning.cli_args import ArgumentParser, integer
 
 _ASIN_CHARS = string.ascii_uppercase + string.digits
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from flask import Flask, abort, redirect, request, url_for
 from markupsafe import escape
 
+from envs.common.cli_args import ArgumentParser, port
 from envs.webshop.config import WebShopConfig
 from envs.webshop.env import WebShopEnv, build_shop
 from envs.webshop.pages import Element, Shop
-from scpo_lightning.cli_args import ArgumentParser, port
 
 _STYLE = """body{font-family:sans-serif;max-width:60em;margin:2em auto}
 .instruction{background:#eef;padding:.5em} form{display:inline} button{margin:.2em}

@@ -87,7 +87,7 @@ class RolloutEngine(abc.ABC):
     def autocast(self, dtype: str | None) -> Iterator[None]:
         """Within the block, generate under ``torch.autocast`` in ``dtype`` (model.val_generation_autocast);
         None = as configured. Engines whose compute dtype is fixed when they load accept only None
-        (config_checks refuses val_generation_autocast for them at start-up)."""
+        (SCPOModule refuses val_generation_autocast for them at start-up: module_rules.py)."""
         if dtype is not None:
             raise ValueError(f"{type(self).__name__} cannot switch to autocast {dtype!r} per collection")
         yield

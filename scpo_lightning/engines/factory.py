@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from scpo_lightning.config_checks import check_keywords
+from envs.common.packages import require
+from envs.common.rules import check_keywords
 from scpo_lightning.engines.base import RolloutEngine
-from scpo_lightning.packages import require
 
 ENGINES = ("hf", "vllm")
 
@@ -40,7 +40,7 @@ def make_engine(
 
 
 def check_engine_options(name: str, options: dict[str, Any]) -> None:
-    """An unknown option names the accepted ones (at start-up too: ``config_checks.check_module``)."""
+    """An unknown option names the accepted ones (at start-up too: ``module_rules.check_module``)."""
     # the policy and tokenizer are given by the module, not by the config
     check_keywords("model.engine_options", f"the {name} engine", _engine_class(name), options,
                    given=("model", "policy", "tokenizer"))

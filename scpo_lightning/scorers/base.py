@@ -19,3 +19,12 @@ class StepScorer(Protocol):
     """
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray: ...
+
+
+def check_batching(batch_size: int, max_length: int) -> None:
+    """``scorer_options.batch_size`` and ``max_length`` of a model scorer (bge, minilm): checked by the
+    scorer before it loads and, through ``factory.check_scorer_values``, at start-up and in the dry run."""
+    if batch_size < 1:
+        raise ValueError(f"scorer_options.batch_size must be >= 1, got {batch_size}")
+    if max_length < 8:
+        raise ValueError(f"scorer_options.max_length must be >= 8 tokens, got {max_length}")

