@@ -22,7 +22,7 @@ import torchmetrics
 
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.config_checks import check_module
-from scpo_lightning.engines.factory import check_engine_installed, make_engine
+from scpo_lightning.engines.factory import EngineKind, check_engine_installed, engine_kind, make_engine
 from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
@@ -143,6 +143,7 @@ class SCPOModule(L.LightningModule):
         self.last_metrics: dict[str, float] = {}
         self.step_metrics: list[dict[str, float]] = []
         self.val_metrics: dict[str, torchmetrics.MeanMetric] = {}
+        self.engine_kind: EngineKind = engine_kind(engine)  # asked what differs between engines, never by name
 
     # ----------------------------------------------------------------- model
     @property
@@ -165,8 +166,8 @@ class SCPOModule(L.LightningModule):
         policy, self.tokenizer = load_policy(hp.policy, torch_dtype=hp.torch_dtype, cache_dir=hp.cache_dir,
                                              trust_remote_code=hp.trust_remote_code)
         precision = str(self._trainer.precision) if self._trainer is not None else "32-true"
-        bf16 = bf16_compute(precision, hp.torch_dtype, hp.engine, hp.generation_autocast, hp.engine_options,
-                            hp.get("val_generation_autocast"))
+        generation_dtype = self.engine_kind.generation_dtype(hp.generation_autocast, hp.engine_options)
+        bf16 = bf16_compute(precision, hp.torch_dtype, generation_dtype, hp.get("val_generation_autocast"))
         done = prepare_weights(policy, bf16, hp.bf16_grid)  # before the reference copy: both the same
         if self.global_rank == 0:
             print(f"Policy precision: {done}; LM head in fp32", flush=True)
@@ -183,23 +184,19 @@ class SCPOModule(L.LightningModule):
                 shard(reference, mesh, offload=hp.reference_offload)
         self._reference = (reference,) if reference is not None else ()
         self.policy = policy.train()
-        options = dict(generation_batch_size=hp.generation_batch_size, autocast_dtype=hp.generation_autocast) \
-            if hp.engine == "hf" else {}
-        self.engine = make_engine(hp.engine, self.policy, self.tokenizer, **{**options, **(hp.engine_options or {})})
+        options = self.engine_kind.options(hp.generation_batch_size, hp.generation_autocast, hp.engine_options)
+        self.engine = make_engine(self.engine_kind.name, self.policy, self.tokenizer, **options)
 
     def on_fit_start(self) -> None:
         # The unsharded reference is outside the module tree, so the strategy did not move or cast it.
         ref = self.reference
         if ref is not None and not is_sharded(ref):
             ref.to(device=self.device, dtype=next(self.policy.parameters()).dtype)
-        # vLLM reports π itself only where it samples from π (engines/vllm.py): say so before any rollout.
+        # These settings read the engine's own log-probs of π: refused before any rollout where it lacks them.
         data = getattr(self.trainer, "datamodule", None)
-        needs_pi = self.hparams.old_logprobs == "rollout" or self.correction.mode != "none"
-        if needs_pi and self.hparams.engine == "vllm" and \
-                (self.hparams.top_p < 1.0 or (data is not None and data.rollout.action_mode == "constrained")):
-            raise ValueError("model.old_logprobs: rollout / model.rollout_correction need the policy's own log-probs, "
-                             "which the vllm engine reports only in free mode with model.top_p 1; use "
-                             "old_logprobs: recompute and rollout_correction mode: none, or model.engine: hf")
+        if self.hparams.old_logprobs == "rollout" or self.correction.mode != "none":
+            self.engine_kind.check_policy_logprobs(
+                self.hparams.top_p, data is not None and data.rollout.action_mode == "constrained")
 
     @contextlib.contextmanager
     def generation_context(self, validation: bool = False) -> Iterator[None]:
