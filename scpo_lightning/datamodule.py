@@ -13,6 +13,9 @@ Validation episodes are cut into one contiguous block per rank: no duplicates, n
 With ``dynamic_sampling`` the training batch keeps only groups whose episode scores vary (and
 those SCPO will credit; scpo_lightning.dynamic_sampling), topping up from further draws; the
 ranks agree on every retry, and the counts in ``batch.sampling_stats`` cover all ranks.
+
+``setup`` takes, once, what it collects with: the module's ``PolicySource`` and, for dynamic
+sampling, the trainer's ``ShapingSource`` (scpo_lightning/shaping.py).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from scpo_lightning.config_checks import check_datamodule
 from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.packages import check_all, require
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
-from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
+from scpo_lightning.rollout import PolicySource, RolloutConfig, RolloutPolicy, collect
+from scpo_lightning.shaping import ShapingSource, shaping_source
 
 
 def check_worker_backend(backend: str, address: str | None, workers: int) -> None:
@@ -138,10 +142,14 @@ class RolloutDataModule(L.LightningDataModule):
         self.iteration = 0
         self.pool: Any = None
         self.rank, self.world_size = 0, 1
+        self.policy: PolicySource | None = None  # from setup; None outside a Trainer (nothing collects)
+        self.shaping: ShapingSource | None = None
 
     def setup(self, stage: str) -> None:
         if self.trainer is not None:
-            self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+            trainer = self.trainer
+            self.rank, self.world_size = trainer.global_rank, trainer.world_size
+            self.policy, self.shaping = trainer.lightning_module, shaping_source(trainer.callbacks)
         self.check_world_size(self.world_size)
         if self.pool is None:
             val_share = math.ceil(self.val_episodes / self.world_size)
@@ -158,12 +166,12 @@ class RolloutDataModule(L.LightningDataModule):
         the step-0 prompt of the first training and validation task. Later prompts grow with
         history and are checked as they are built, with the same message.
         """
-        if self.trainer is None or self.rollout.truncation != "error":
+        if self.policy is None or self.rollout.truncation != "error":
             return
         from scpo_lightning.prompts import build_prompt
         from scpo_lightning.rollout import offered_actions, tokenize_prompt
 
-        tokenizer = self.trainer.lightning_module.prompt_tokenizer()
+        tokenizer = self.policy.prompt_tokenizer()
         for task in ((self.train_split, 0), self._val_task(self.val_start_index)):
             first = self.pool.reset([task], 1).results[0]
             if first is not None:
@@ -210,7 +218,7 @@ class RolloutDataModule(L.LightningDataModule):
         return self.val_splits[-1], index
 
     def rollout_batches(self, stage: str):
-        policy: RolloutPolicy = self.trainer.lightning_module.rollout_policy()
+        policy = self.policy.rollout_policy()
         # Each rank samples its own responses; a per-rank offset keeps them independent.
         seed = self.seed + 1_000_003 * self.rank
         if stage == "train":
@@ -251,11 +259,7 @@ class RolloutDataModule(L.LightningDataModule):
 
     def _informative(self, policy: RolloutPolicy, seed: int, first: RolloutBatch) -> RolloutBatch:
         """Dynamic sampling: this rank's informative groups; the counts of all ranks on the batch."""
-        iteration = self.trainer.current_epoch
-        hooks = [cb for cb in self.trainer.callbacks if callable(getattr(cb, "creditable_groups", None))]  # SCPO's
-
-        def creditable(batch: RolloutBatch) -> set[int]:
-            return set().union(*(cb.creditable_groups(batch, iteration) for cb in hooks))
+        creditable = self.shaping.creditable_groups if self.shaping is not None else lambda batch: set()
 
         def any_rank(flag: bool) -> bool:
             return distributed.all_reduce([float(flag)], "max", policy.device)[0] > 0

@@ -85,6 +85,16 @@ class RolloutPolicy:
     sampling: SamplingSettings
 
 
+class PolicySource(Protocol):
+    """The policy as the DataModule takes it in ``setup`` (``SCPOModule``)."""
+
+    def prompt_tokenizer(self) -> Any:
+        """Its tokenizer, loadable before the weights (the first prompts are checked at set-up)."""
+
+    def rollout_policy(self) -> RolloutPolicy:
+        """What each collection generates with, once the weights are loaded."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """The sampling settings, one source: ``model.temperature``, ``model.top_p``,
