@@ -114,3 +114,8 @@ def test_the_core_imports_no_env_internals_and_the_module_no_envs_at_all():
         assert envs <= allowed, f"{path.relative_to(ROOT)} imports {sorted(envs - allowed)}"
     for name in ("module.py", "ppo_epoch.py"):
         assert not any(m.startswith("envs") for m in imported_modules(ROOT / "scpo_lightning" / name)), name
+
+
+def test_the_corridor_world_stands_alone():
+    # A test world that imported ALFWorld would load it (and depend on it) wherever the corridor runs.
+    assert not any(m.startswith("envs.alfworld") for m in imported_modules(ROOT / "envs" / "toy.py"))
