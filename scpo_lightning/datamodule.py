@@ -21,6 +21,7 @@ sampling, the trainer's ``ShapingSource`` (scpo_lightning/shaping.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -191,11 +192,15 @@ class RolloutDataModule(L.LightningDataModule):
             self.pool.close()
             self.pool = None
 
+    @functools.cached_property
+    def _train_size(self) -> int | None:
+        """Tasks training draws from (None: any index); listing a real split reads every game file: once."""
+        return self.train_tasks if self.train_tasks is not None else split_size(self.env, self.train_split,
+                                                                                 self.env_options)
+
     def _sample_tasks(self) -> list[tuple[str, int]]:
         """This rank's groups of the iteration: its share of the draw every rank makes alike."""
-        size = split_size(self.env, self.train_split, self.env_options)
-        if self.train_tasks is not None:
-            size = self.train_tasks
+        size = self._train_size
         high = size if size is not None else 2**31 - 1
         replace = size is not None and size < self.groups_per_batch
         drawn = self.rng.choice(high, self.groups_per_batch, replace=replace)
