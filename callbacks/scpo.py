@@ -39,7 +39,7 @@ from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
-from scpo_lightning.scorers.factory import check_scorer_options
+from scpo_lightning.scorers.factory import check_scorer_options, run_options
 from scpo_lightning.scpo_config import SCPOConfig, reference_kind
 from scpo_lightning.shaper import ShapingPlan, plan_shaping
 from scpo_lightning.shaping import ShapingSource
@@ -174,18 +174,10 @@ class SCPOCallback(L.Callback, ShapingSource):
             self.scorer = CachedScorer(make_scorer(self.scorer_name, **options), cache_entries=self.cache_entries)
 
     def run_scorer_options(self, spec: EnvSpec | None = None) -> dict[str, Any]:
-        """``scorer_options`` as this run builds the scorer: MiniLM's calibration follows θ and, unless
-        named, the trained env's (``spec``: its ``EnvSpec``; None outside a Trainer: the options as given)."""
-        options = dict(self.scorer_options)
-        if self.scorer_name == "minilm":
-            options["theta"] = self.config.theta
-            if spec is not None and "calibration" not in options and "mapping" not in options:
-                if spec.minilm_knots is None:
-                    raise ValueError(f"SCPOCallback.scorer_options: data.env={spec.name!r} declares no MiniLM "
-                                     "calibration (EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) "
-                                     "or give a mapping")
-                options["calibration"] = spec.name
-        return options
+        """``scorer_options`` as this run builds the scorer, for the trained env's ``spec``
+        (``scpo_lightning.scorers.factory.run_options``: MiniLM's calibration follows θ and the env)."""
+        return run_options(self.scorer_name, self.scorer_options, self.config.theta, spec,
+                           field="SCPOCallback.scorer_options")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.scorer is not None:

@@ -1,9 +1,11 @@
-"""Build a step scorer from its config name (`scorer: bge | minilm | lexical`)."""
+"""Build a step scorer from its config name (`scorer: bge | minilm | lexical`): the one place that
+knows scorers by name."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from envs.spec import EnvSpec
 from scpo_lightning.config_checks import check_keywords
 from scpo_lightning.scorers.base import StepScorer
 
@@ -45,6 +47,21 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
 
         options["mapping"] = CosineMap(**{"theta": options.get("theta", 0.6), **options["mapping"]})
     return cls(**options)
+
+
+def run_options(name: str, options: dict[str, Any], theta: float, env: EnvSpec | None,
+                field: str = "scorer_options") -> dict[str, Any]:
+    """``options`` as a run builds scorer ``name``: MiniLM's calibration follows SCPO's ``theta`` and,
+    unless named, the trained env's (``env``: its spec; None outside a Trainer: the options as given)."""
+    options = dict(options)
+    if name == "minilm":
+        options["theta"] = theta
+        if env is not None and "calibration" not in options and "mapping" not in options:
+            if env.minilm_knots is None:
+                raise ValueError(f"{field}: data.env={env.name!r} declares no MiniLM calibration "
+                                 "(EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) or give a mapping")
+            options["calibration"] = env.name
+    return options
 
 
 def check_scorer_options(name: str, options: dict[str, Any], field: str = "scorer_options") -> None:
