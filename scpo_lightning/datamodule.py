@@ -177,7 +177,7 @@ class RolloutDataModule(L.LightningDataModule):
             first = self.pool.reset([task], 1).results[0]
             if first is not None:
                 actions = offered_actions(first.admissible, self.rollout.exclude_actions)
-                text = build_prompt(self.rollout.env, first.task, first.observation, actions, [], 0,
+                text = build_prompt(self.spec.prompt, first.task, first.observation, actions, [], 0,
                                     self.rollout.history_length)
                 tokenize_prompt(tokenizer, text, self.rollout)
 
