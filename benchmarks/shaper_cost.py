@@ -109,7 +109,7 @@ def ours_shape(callback: Any, batch: Any) -> tuple[np.ndarray, dict[str, float]]
     """The SCPO callback as training runs it, waited for right away (no overlap)."""
     start = time.perf_counter()
     callback.on_train_batch_start(None, None, batch, 0)
-    batch.wait_shaping()
+    batch.shaping = callback.result(batch)
     seconds = time.perf_counter() - start
     s = batch.scpo_stats
     stats = {"pairs_requested": int(s["pairs_requested"]), "pairs_distinct": int(s["pairs_distinct"]),

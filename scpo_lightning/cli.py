@@ -135,7 +135,7 @@ class SCPOCLI(LightningCLI):
                     callback.check_module(self.model)
         for callback in trainer.callbacks if not isinstance(self.datamodule, _Unavailable) else ():
             if callable(getattr(callback, "check_data", None)):  # against the env (run in setup too)
-                callback.check_data(self.datamodule)
+                callback.check_data(self.datamodule.spec)
         callbacks = [type(c).__name__ if not isinstance(c, _Unavailable) else f"{c.cls.__name__} (stand-in)"
                      for c in trainer.callbacks]
         print(f"[dry run] config valid. model: {self._describe(self.model)}; data: {self._describe(self.datamodule)}; "

@@ -13,11 +13,15 @@ Validation episodes are cut into one contiguous block per rank: no duplicates, n
 With ``dynamic_sampling`` the training batch keeps only groups whose episode scores vary (and
 those SCPO will credit; scpo_lightning.dynamic_sampling), topping up from further draws; the
 ranks agree on every retry, and the counts in ``batch.sampling_stats`` cover all ranks.
+
+``setup`` takes, once, what it collects with: the module's ``PolicySource`` and, for dynamic
+sampling, the trainer's ``ShapingSource`` (scpo_lightning/shaping.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -32,7 +36,8 @@ from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.datamodule_rules import check_datamodule
 from scpo_lightning.distributed import shard_bounds
 from scpo_lightning.dynamic_sampling import COUNTS, DynamicSampling, informative_batch
-from scpo_lightning.rollout import RolloutConfig, RolloutPolicy, collect
+from scpo_lightning.rollout import PolicySource, RolloutConfig, RolloutPolicy, collect
+from scpo_lightning.shaping import ShapingSource, shaping_source
 
 
 def check_worker_backend(backend: str, address: str | None, workers: int) -> None:
@@ -138,10 +143,14 @@ class RolloutDataModule(L.LightningDataModule):
         self.iteration = 0
         self.pool: Any = None
         self.rank, self.world_size = 0, 1
+        self.policy: PolicySource | None = None  # from setup; None outside a Trainer (nothing collects)
+        self.shaping: ShapingSource | None = None
 
     def setup(self, stage: str) -> None:
         if self.trainer is not None:
-            self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+            trainer = self.trainer
+            self.rank, self.world_size = trainer.global_rank, trainer.world_size
+            self.policy, self.shaping = trainer.lightning_module, shaping_source(trainer.callbacks)
         self.check_world_size(self.world_size)
         if self.pool is None:
             val_share = math.ceil(self.val_episodes / self.world_size)
@@ -158,17 +167,17 @@ class RolloutDataModule(L.LightningDataModule):
         the step-0 prompt of the first training and validation task. Later prompts grow with
         history and are checked as they are built, with the same message.
         """
-        if self.trainer is None or self.rollout.truncation != "error":
+        if self.policy is None or self.rollout.truncation != "error":
             return
         from scpo_lightning.prompts import build_prompt
         from scpo_lightning.rollout import offered_actions, tokenize_prompt
 
-        tokenizer = self.trainer.lightning_module.prompt_tokenizer()
+        tokenizer = self.policy.prompt_tokenizer()
         for task in ((self.train_split, 0), self._val_task(self.val_start_index)):
             first = self.pool.reset([task], 1).results[0]
             if first is not None:
                 actions = offered_actions(first.admissible, self.rollout.exclude_actions)
-                text = build_prompt(self.rollout.env, first.task, first.observation, actions, [], 0,
+                text = build_prompt(self.spec.prompt, first.task, first.observation, actions, [], 0,
                                     self.rollout.history_length)
                 tokenize_prompt(tokenizer, text, self.rollout)
 
@@ -183,11 +192,15 @@ class RolloutDataModule(L.LightningDataModule):
             self.pool.close()
             self.pool = None
 
+    @functools.cached_property
+    def _train_size(self) -> int | None:
+        """Tasks training draws from (None: any index); listing a real split reads every game file: once."""
+        return self.train_tasks if self.train_tasks is not None else split_size(self.env, self.train_split,
+                                                                                 self.env_options)
+
     def _sample_tasks(self) -> list[tuple[str, int]]:
         """This rank's groups of the iteration: its share of the draw every rank makes alike."""
-        size = split_size(self.env, self.train_split, self.env_options)
-        if self.train_tasks is not None:
-            size = self.train_tasks
+        size = self._train_size
         high = size if size is not None else 2**31 - 1
         replace = size is not None and size < self.groups_per_batch
         drawn = self.rng.choice(high, self.groups_per_batch, replace=replace)
@@ -210,7 +223,7 @@ class RolloutDataModule(L.LightningDataModule):
         return self.val_splits[-1], index
 
     def rollout_batches(self, stage: str):
-        policy: RolloutPolicy = self.trainer.lightning_module.rollout_policy()
+        policy = self.policy.rollout_policy()
         # Each rank samples its own responses; a per-rank offset keeps them independent.
         seed = self.seed + 1_000_003 * self.rank
         if stage == "train":
@@ -251,11 +264,7 @@ class RolloutDataModule(L.LightningDataModule):
 
     def _informative(self, policy: RolloutPolicy, seed: int, first: RolloutBatch) -> RolloutBatch:
         """Dynamic sampling: this rank's informative groups; the counts of all ranks on the batch."""
-        iteration = self.trainer.current_epoch
-        hooks = [cb for cb in self.trainer.callbacks if callable(getattr(cb, "creditable_groups", None))]  # SCPO's
-
-        def creditable(batch: RolloutBatch) -> set[int]:
-            return set().union(*(cb.creditable_groups(batch, iteration) for cb in hooks))
+        creditable = self.shaping.creditable_groups if self.shaping is not None else lambda batch: set()
 
         def any_rank(flag: bool) -> bool:
             return distributed.all_reduce([float(flag)], "max", policy.device)[0] > 0

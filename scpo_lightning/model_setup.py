@@ -36,13 +36,12 @@ def data_parallel_mesh(strategy: Any, device_mesh: Any, lora_rank: int, referenc
     return None
 
 
-def bf16_compute(trainer_precision: str, torch_dtype: str, engine: str, generation_autocast: str | None,
-                 engine_options: dict[str, Any] | None, val_generation_autocast: str | None = None) -> bool:
+def bf16_compute(trainer_precision: str, torch_dtype: str, generation_dtype: str | None,
+                 val_generation_autocast: str | None = None) -> bool:
     """Whether any configured computation reads the weights in bf16 (what model.bf16_grid: auto asks):
-    the trainer's autocast, the HF engine's (validation) generation autocast, a bf16 vLLM copy, or bf16 weights."""
-    options = engine_options or {}
-    generation = options.get("autocast_dtype", generation_autocast) if engine == "hf" else options.get("dtype")
-    return (trainer_precision.startswith("bf16") or "bfloat16" in (generation, val_generation_autocast)
+    the trainer's autocast, the engine's generation dtype (``EngineKind.generation_dtype``: the HF
+    engine's autocast, a bf16 vLLM copy), validation's generation autocast, or bf16 weights."""
+    return (trainer_precision.startswith("bf16") or "bfloat16" in (generation_dtype, val_generation_autocast)
             or torch_dtype == "bfloat16")
 
 

@@ -3,7 +3,8 @@
 One training "epoch" is one RL iteration: the DataModule yields one collected batch, the SCPO
 callback shapes its step returns, and ``training_step`` runs one PPO epoch on it
 (scpo_lightning/ppo_epoch.py: old and reference log-probs, advantages by ``model.estimator``,
-sequential mini-batches with manual optimisation).
+sequential mini-batches with manual optimisation). ``setup`` takes, once, what the other stages
+hand over: the DataModule's env and the trainer's shaping callback (scpo_lightning/shaping.py).
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ import torchmetrics
 
 from envs.common.packages import check_all, require
 from scpo_lightning.batch import RolloutBatch
-from scpo_lightning.engines.factory import check_engine_installed, make_engine
+from scpo_lightning.datamodule import RolloutDataModule
+from scpo_lightning.engines.factory import EngineKind, check_engine_installed, engine_kind, make_engine
 from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
 from scpo_lightning.model_setup import LORA_INSTALL, bf16_compute, data_parallel_mesh, with_lora
 from scpo_lightning.module_rules import check_module
 from scpo_lightning.policy import check_model_source
-from scpo_lightning.ppo_epoch import run_epoch
+from scpo_lightning.ppo_epoch import Learner, PPOSettings, run_epoch
 from scpo_lightning.precision import prepare_weights
 from scpo_lightning.rollout import RolloutPolicy, SamplingSettings
+from scpo_lightning.shaping import ShapingSource, shaping_source
 from scpo_lightning.sharding import gathered, is_sharded, shard
 
 # The frozen reference model is in eval mode on purpose; Lightning warns about any such module.
@@ -143,12 +146,23 @@ class SCPOModule(L.LightningModule):
         self.last_metrics: dict[str, float] = {}
         self.step_metrics: list[dict[str, float]] = []
         self.val_metrics: dict[str, torchmetrics.MeanMetric] = {}
+        self.engine_kind: EngineKind = engine_kind(engine)  # asked what differs between engines, never by name
+        # Handed over in setup; None for batches replayed without a RolloutDataModule or SCPO.
+        self.env_spec: Any = None  # envs.spec.EnvSpec: the validation metrics' families and score
+        self.action_mode: str | None = None
+        self.shaping: ShapingSource | None = None
 
     # ----------------------------------------------------------------- model
     @property
     def reference(self) -> torch.nn.Module | None:
         """The frozen initial policy of the KL term (None when model.kl_coef is 0)."""
         return self._reference[0] if self._reference else None
+
+    def setup(self, stage: str) -> None:
+        data = self.trainer.datamodule
+        if isinstance(data, RolloutDataModule):
+            self.env_spec, self.action_mode = data.spec, data.rollout.action_mode
+        self.shaping = shaping_source(self.trainer.callbacks)
 
     def configure_model(self) -> None:
         """Load the policy (and the frozen reference copy) once; shard both under ModelParallelStrategy."""
@@ -165,8 +179,8 @@ class SCPOModule(L.LightningModule):
         policy, self.tokenizer = load_policy(hp.policy, torch_dtype=hp.torch_dtype, cache_dir=hp.cache_dir,
                                              trust_remote_code=hp.trust_remote_code)
         precision = str(self._trainer.precision) if self._trainer is not None else "32-true"
-        bf16 = bf16_compute(precision, hp.torch_dtype, hp.engine, hp.generation_autocast, hp.engine_options,
-                            hp.get("val_generation_autocast"))
+        generation_dtype = self.engine_kind.generation_dtype(hp.generation_autocast, hp.engine_options)
+        bf16 = bf16_compute(precision, hp.torch_dtype, generation_dtype, hp.get("val_generation_autocast"))
         done = prepare_weights(policy, bf16, hp.bf16_grid)  # before the reference copy: both the same
         if self.global_rank == 0:
             print(f"Policy precision: {done}; LM head in fp32", flush=True)
@@ -183,23 +197,17 @@ class SCPOModule(L.LightningModule):
                 shard(reference, mesh, offload=hp.reference_offload)
         self._reference = (reference,) if reference is not None else ()
         self.policy = policy.train()
-        options = dict(generation_batch_size=hp.generation_batch_size, autocast_dtype=hp.generation_autocast) \
-            if hp.engine == "hf" else {}
-        self.engine = make_engine(hp.engine, self.policy, self.tokenizer, **{**options, **(hp.engine_options or {})})
+        options = self.engine_kind.options(hp.generation_batch_size, hp.generation_autocast, hp.engine_options)
+        self.engine = make_engine(self.engine_kind.name, self.policy, self.tokenizer, **options)
 
     def on_fit_start(self) -> None:
         # The unsharded reference is outside the module tree, so the strategy did not move or cast it.
         ref = self.reference
         if ref is not None and not is_sharded(ref):
             ref.to(device=self.device, dtype=next(self.policy.parameters()).dtype)
-        # vLLM reports π itself only where it samples from π (engines/vllm.py): say so before any rollout.
-        data = getattr(self.trainer, "datamodule", None)
-        needs_pi = self.hparams.old_logprobs == "rollout" or self.correction.mode != "none"
-        if needs_pi and self.hparams.engine == "vllm" and \
-                (self.hparams.top_p < 1.0 or (data is not None and data.rollout.action_mode == "constrained")):
-            raise ValueError("model.old_logprobs: rollout / model.rollout_correction need the policy's own log-probs, "
-                             "which the vllm engine reports only in free mode with model.top_p 1; use "
-                             "old_logprobs: recompute and rollout_correction mode: none, or model.engine: hf")
+        # These settings read the engine's own log-probs of π: refused before any rollout where it lacks them.
+        if self.hparams.old_logprobs == "rollout" or self.correction.mode != "none":
+            self.engine_kind.check_policy_logprobs(self.hparams.top_p, self.action_mode == "constrained")
 
     @contextlib.contextmanager
     def generation_context(self, validation: bool = False) -> Iterator[None]:
@@ -236,15 +244,22 @@ class SCPOModule(L.LightningModule):
 
     # -------------------------------------------------------------- training
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
-        """One PPO epoch over the iteration's rows (scpo_lightning/ppo_epoch.py); it sets
+        """One PPO epoch over the iteration's rows (scpo_lightning/ppo_epoch.py); keeps its
         ``step_metrics``, ``last_metrics`` and the step counters."""
-        run_epoch(self, batch)
+        hp = self.hparams
+        settings = PPOSettings(hp.mini_batch_rows, hp.micro_batch_rows, hp.temperature, hp.old_logprobs, hp.grad_clip,
+                               hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp, self.correction)
+        learner = Learner(self.policy, self.reference, self.engine, self.optimizers(), self.manual_backward,
+                          self.advantages, self.tokenizer.pad_token_id, self.device)
+        result = run_epoch(learner, settings, batch, self.shaping, self.update_steps, self.skipped_steps)
+        self.step_metrics, self.last_metrics = result.step_metrics, result.metrics
+        self.update_steps, self.skipped_steps = self.update_steps + result.steps, self.skipped_steps + result.skipped
 
     # ------------------------------------------------------------ validation
     # torchmetrics syncs metric by metric, in key order, so every rank must hold the same keys even
     # when its share of episodes lacks a family: all keys are created when validation starts.
     def on_validation_epoch_start(self) -> None:
-        spec = self.trainer.datamodule.spec  # the env's declared families and score (envs/spec.py)
+        spec = self.env_spec  # the env's declared families and score (envs/spec.py)
         keys = ["valid_action_ratio", "success", "episode_length", "success/unknown"]  # unknown: reset failed
         keys += [f"success/{f}" for f in spec.families] + (["score"] if spec.scored else [])
         self.val_metrics = {k: torchmetrics.MeanMetric().to(self.device) for k in keys}

@@ -23,7 +23,8 @@ _INSTRUCTION = (
 
 
 def prompt_style(env: str, use: str) -> PromptStyle:
-    """The style ``data.rollout.env`` names (each env declares its own in its ``EnvSpec``)."""
+    """The style ``data.rollout.env`` names (each env declares its own in its ``EnvSpec``), resolved
+    once per collection: the functions below take the style itself."""
     styles = prompt_styles()
     if env not in styles:
         raise ValueError(f"unknown env {env!r} for {use}; expected one of {sorted(styles)}")
@@ -36,7 +37,7 @@ class Projection:
     valid: bool  # SPEC §6 `is_action_valid`
 
 
-def project_action(text: str, env: str, require_think: bool = True) -> Projection:
+def project_action(text: str, style: PromptStyle, require_think: bool = True) -> Projection:
     """Map a raw response to an env action and its validity flag.
 
     Lower-cased text between the first ``<action>`` and the next ``</action>``, stripped. Invalid
@@ -47,7 +48,7 @@ def project_action(text: str, env: str, require_think: bool = True) -> Projectio
     Admissibility is not checked: a non-admissible command gets the env's own answer.
     ``require_think=False`` is for constrained decoding, whose forced format has no think block.
     """
-    fallback = prompt_style(env, "action projection").fallback_chars
+    fallback = style.fallback_chars
     lower = text.lower()
     start = lower.find("<action>")
     end = lower.find("</action>", start + len("<action>")) if start >= 0 else -1
@@ -78,7 +79,7 @@ def format_webshop_observation(observation: str, task: str) -> str:
 
 
 def build_prompt(
-    env: str,
+    style: PromptStyle,
     task: str,
     observation: str,
     admissible: Sequence[str],
@@ -86,8 +87,7 @@ def build_prompt(
     step: int,
     history_length: int = 2,
 ) -> str:
-    """The user message at 0-based ``step``; ``history`` holds all earlier (observation, action) pairs."""
-    style = prompt_style(env, "prompts")
+    """The user message at 0-based ``step`` in ``style``; ``history`` holds all earlier (observation, action) pairs."""
     actions = format_admissible(admissible)
     if style.pages_repeat_task:
         observation = format_webshop_observation(observation, task)

@@ -86,6 +86,16 @@ class RolloutPolicy:
     sampling: SamplingSettings
 
 
+class PolicySource(Protocol):
+    """The policy as the DataModule takes it in ``setup`` (``SCPOModule``)."""
+
+    def prompt_tokenizer(self) -> Any:
+        """Its tokenizer, loadable before the weights (the first prompts are checked at set-up)."""
+
+    def rollout_policy(self) -> RolloutPolicy:
+        """What each collection generates with, once the weights are loaded."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """The sampling settings, one source: ``model.temperature``, ``model.top_p``,
@@ -173,7 +183,7 @@ def collect(
     """Run one batch of grouped episodes and return its rows with G_t and episode scores."""
     t_start = time.perf_counter()
     n = len(tasks) * group_size
-    placeholder = prompt_style(cfg.env, "prompts").search_placeholder
+    style = prompt_style(cfg.env, "prompts")
     reset = pool.reset(tasks, group_size)
     failures: dict[str, int] = dict(reset.stats)
     starts = reset.results
@@ -201,16 +211,16 @@ def collect(
             if not active:
                 break
             prompts = [
-                tokenize_prompt(tokenizer, build_prompt(cfg.env, trajs[i]["task"], obs[i], admissible[i],
+                tokenize_prompt(tokenizer, build_prompt(style, trajs[i]["task"], obs[i], admissible[i],
                                                          history[i], t, cfg.history_length), cfg)
                 for i in active
             ]
             t0 = time.perf_counter()
-            allowed = ([constrained_choices(admissible[i], trajs[i]["task"], placeholder) for i in active]
+            allowed = ([constrained_choices(admissible[i], trajs[i]["task"], style.search_placeholder) for i in active]
                        if cfg.action_mode == "constrained" else None)
             gens = engine.generate(prompts, params.at_step(t), allowed=allowed)
             t1 = time.perf_counter()
-            projected = [project_action(g.text, cfg.env, cfg.action_mode == "free") for g in gens]
+            projected = [project_action(g.text, style, cfg.action_mode == "free") for g in gens]
             actions: list[str | None] = [None] * n
             for i, p in zip(active, projected):
                 actions[i] = p.action

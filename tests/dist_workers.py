@@ -52,8 +52,7 @@ def metrics_worker(rank: int, world: int, tmp: str, results) -> None:
     # The module's validation path, on a stand-in for the module (no model is needed to count).
     from envs.registry import env_spec
 
-    module = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(spec=env_spec("alfworld"))),
-                             device="cpu")
+    module = SimpleNamespace(env_spec=env_spec("alfworld"), device="cpu")  # as SCPOModule.setup takes it
     module._val_update = lambda *a: SCPOModule._val_update(module, *a)
     SCPOModule.on_validation_epoch_start(module)
     # Two validation batches on rank 0, one on rank 1: batch counts may differ between ranks.

@@ -111,9 +111,10 @@ def test_replay_tells_a_repeated_batch_from_a_new_one(small_batch):
 
 def test_iteration_speed_reads_a_prompts_admissible_list_and_cuts_rows():
     from benchmarks.iteration_speed import admissible_in, take_rows
+    from envs.spec import HOUSEHOLD_PROMPT
     from scpo_lightning.prompts import build_prompt
 
-    text = build_prompt("alfworld", "task", "obs", ["go to desk 1", "take mug 1 from desk 1", "help"], [], step=0)
+    text = build_prompt(HOUSEHOLD_PROMPT, "task", "obs", ["go to desk 1", "take mug 1 from desk 1", "help"], [], step=0)
     assert admissible_in(text) == ["go to desk 1", "take mug 1 from desk 1"]  # as listed: help is never shown
     with pytest.raises(ValueError, match="lists no admissible actions"):
         admissible_in("no list here")

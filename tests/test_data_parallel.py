@@ -42,7 +42,7 @@ def as_rank(rank: int, world: int, monkeypatch, **kw) -> tuple[RolloutDataModule
     # truncation left: no tokenizer is needed for the start-up prompt-length check
     dm = RolloutDataModule(env="corridor", workers=0, progress=False, rollout=RolloutConfig(truncation="left"), **kw)
     module = FakeModule()
-    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=module)
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, lightning_module=module, callbacks=[])
     dm.setup("fit")
     return dm, module, collected
 

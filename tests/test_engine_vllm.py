@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from scpo_lightning.engines.factory import make_engine
+from scpo_lightning.engines.factory import engine_kind, make_engine
 from scpo_lightning.engines.vllm import VLLMEngine, _weights_key, full_state_items
 from tests.vllm_env import run_in_vllm_env
 
@@ -29,6 +29,23 @@ def test_make_engine_names_the_config_fields():
         make_engine("sglang", torch.nn.Linear(2, 2), None)
     with pytest.raises(ValueError, match=r"model\.engine_options: the hf engine takes no option\(s\) \['gpu_memory_utilization'\]"):
         make_engine("hf", torch.nn.Linear(2, 2), None, gpu_memory_utilization=0.5)
+
+
+def test_the_engine_kind_says_what_differs_between_engines():
+    hf, vllm = engine_kind("hf"), engine_kind("vllm")
+    # HF generates with the policy: the model's generation settings are its defaults, engine_options override.
+    assert hf.options(8, "bfloat16", {"generation_batch_size": 4}) == {"generation_batch_size": 4,
+                                                                       "autocast_dtype": "bfloat16"}
+    assert vllm.options(8, "bfloat16", None) == {}
+    assert hf.generation_dtype("bfloat16", None) == "bfloat16" and vllm.generation_dtype("bfloat16", None) is None
+    assert vllm.generation_dtype(None, {"dtype": "bfloat16"}) == "bfloat16"
+    hf.check_policy_logprobs(top_p=0.9, constrained=True)  # HF reports the policy's own log-probs in every mode
+    vllm.check_policy_logprobs(top_p=1.0, constrained=False)
+    for top_p, constrained in ((0.9, False), (1.0, True)):
+        with pytest.raises(ValueError, match="which the vllm engine reports only in free mode with model.top_p 1"):
+            vllm.check_policy_logprobs(top_p=top_p, constrained=constrained)
+    with pytest.raises(ValueError, match=r"model\.engine must be one of \('hf', 'vllm'\); got 'sglang'"):
+        engine_kind("sglang")
 
 
 def test_vllm_engine_without_vllm_says_how_to_install_it():

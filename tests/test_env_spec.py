@@ -26,11 +26,11 @@ def test_an_unknown_env_is_an_error_never_another_envs_settings():
 
 
 def test_a_new_env_is_unknown_everywhere_until_registered():
-    from scpo_lightning.prompts import project_action
+    from scpo_lightning.prompts import prompt_style
     from scpo_lightning.rollout import RolloutConfig
 
     with pytest.raises(ValueError, match="unknown env 'beacon'"):
-        project_action("x", "beacon")
+        prompt_style("beacon", "prompts")
     with pytest.raises(ValueError, match=r"data\.rollout\.env must be null or one of \(.alfworld., .webshop.\); got .beacon."):
         RolloutConfig(env="beacon")
 
@@ -38,13 +38,14 @@ def test_a_new_env_is_unknown_everywhere_until_registered():
 def test_a_registered_env_trains_and_validates_end_to_end(beacon, tmp_path):
     from scpo_lightning.datamodule import RolloutDataModule
     from scpo_lightning.module import SCPOModule
-    from scpo_lightning.prompts import build_prompt, project_action
+    from scpo_lightning.prompts import build_prompt, project_action, prompt_style
     from scpo_lightning.rollout import RolloutConfig
     from scpo_lightning.scorers.minilm import calibrations
     from scpo_lightning.testing import build_tiny_llama
 
-    assert build_prompt("beacon", "t", "obs", ["wait"], [], 0).startswith("You are a lamplighter.")
-    assert project_action("no tags at all", "beacon").action == " at all"  # its own fallback_chars
+    style = prompt_style("beacon", "prompts")
+    assert build_prompt(style, "t", "obs", ["wait"], [], 0).startswith("You are a lamplighter.")
+    assert project_action("no tags at all", style).action == " at all"  # its own fallback_chars
     assert calibrations()["beacon"].zero == 0.5
     with pytest.raises(ValueError, match=r"data\.val_split='test': the beacon room has no split 'test'"):
         RolloutDataModule(env="beacon", val_split="test", workers=0, rollout=RolloutConfig(env="beacon"))

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs.registry import make_env_factory
-from scpo_lightning.prompts import project_action
+from scpo_lightning.prompts import project_action, prompt_style
 from tests.conftest import require
 
 HYPOTHESIS = dict(deadline=None, database=None, derandomize=True,
@@ -118,10 +118,11 @@ def responses(fake: list[str], admissible: list[str]) -> st.SearchStrategy[str]:
 
 
 def _check_projection(text: str, env: str):
+    style = prompt_style(env, "prompts")
     for require_think in (True, False):
-        p = project_action(text, env, require_think)
+        p = project_action(text, style, require_think)
         assert (p.action, p.valid) == spec_projection(text, env, require_think), repr(text[:200])
-    return project_action(text, env)
+    return project_action(text, style)
 
 
 # --------------------------------------------------------------------------- projection only
@@ -175,7 +176,7 @@ def _burst(admissible: list[str]) -> list[str]:
     texts = BLANK[:4] + INJECTIONS[:4] + CONTROL[:4] + FAKE_ALFWORLD[:4] + [
         "x" * HUGE, "<action>" * (HUGE // 8), "<think>" + "中" * HUGE + "</think><action>look</action>",
         "<action><action>go to cabinet 1</action></action>", "<think>ok</think><action>GO TO CABINET 99</action>"]
-    actions = [project_action(t, "alfworld").action for t in texts]
+    actions = [project_action(t, prompt_style("alfworld", "prompts")).action for t in texts]
     return [a for a in actions if a.strip() not in admissible]
 
 

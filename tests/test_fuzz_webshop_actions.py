@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs.registry import make_env_factory
-from scpo_lightning.prompts import project_action
+from scpo_lightning.prompts import project_action, prompt_style
 from tests.conftest import require
 from tests.test_fuzz_actions import (BLANK, CONTROL, FAKE_WEBSHOP, HUGE, HYPOTHESIS, INJECTIONS, _check_projection,
                                      responses)
@@ -93,7 +93,7 @@ def test_webshop_oracle_episode_after_bad_actions_is_as_on_a_fresh_env(webshop_e
     start = env.reset("valid", index)
     obs, admissible = start.observation, start.admissible
     for action, want in zip(plan, expected):
-        bursts = [project_action(t, "webshop").action for t in BLANK + INJECTIONS + CONTROL + FAKE_WEBSHOP]
+        bursts = [project_action(t, prompt_style("webshop", "prompts")).action for t in BLANK + INJECTIONS + CONTROL + FAKE_WEBSHOP]
         for bad in [b for b in bursts if not webshop_accepts(b, admissible)]:
             t = env.step(bad)
             assert (t.observation, t.admissible, t.noop) == (obs, admissible, True)

@@ -2,8 +2,10 @@
 
 SCPO's shaping reaches later stages as one typed ``ShapingResult`` on the batch: the logger draws
 the credit heatmap from the matcher's own paths, without the SCPO callback and without
-recomputing the credit. Static checks keep the boundaries: no callback imports another callback,
-the module and the rest of the core import no env internals (only the spec table).
+recomputing the credit. It arrives through one protocol (``scpo_lightning.shaping.ShapingSource``),
+which the stages take once in ``setup`` (issue 31). Static checks keep the boundaries: no callback
+imports another callback, the module and the rest of the core import no env internals (only the
+spec table), the DataModule and the module reach the trainer only while they set up.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from callbacks.logging import RLLogger
+from scpo_lightning.scorers.lexical import LexicalScorer
 from scpo_lightning.scpo import credit_path
 from scpo_lightning.shaper import plan_shaping
+from scpo_lightning.shaping import shaping_source
 from tests.test_scorer_faults import callback_with, shape, two_sibling_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,8 +39,6 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_shaping_result_records_the_matchers_own_path_and_the_logger_draws_it():
-    from scpo_lightning.scorers.lexical import LexicalScorer
-
     callback = callback_with(LexicalScorer())
     batch = two_sibling_batch()
     shape(callback, batch)
@@ -71,6 +74,32 @@ def test_without_a_result_the_logger_draws_nothing():
     assert images == []
 
 
+def test_the_trainer_has_at_most_one_shaping_source_and_it_answers_only_for_the_batch_it_started():
+    first, second = callback_with(LexicalScorer()), callback_with(LexicalScorer())
+    assert shaping_source([object()]) is None  # no SCPO: plain GiGPO
+    assert shaping_source([object(), first]) is first
+    with pytest.raises(ValueError, match=r"2 shaping callbacks \(SCPOCallback, SCPOCallback\); keep one"):
+        shaping_source([first, second])
+    started, other = two_sibling_batch(), two_sibling_batch()
+    first.on_train_batch_start(None, None, started, 0)
+    with pytest.raises(RuntimeError, match="no shaping was started for this batch"):
+        first.result(other)
+
+
+def test_the_datamodule_and_the_module_reach_the_trainer_only_while_setting_up():
+    # setup takes the other stages' hand-offs; configure_model reads the trainer's own strategy and
+    # precision, which decide how the model loads. Every other hook uses what they took.
+    allowed = {"setup", "configure_model"}
+    for name in ("datamodule.py", "module.py"):
+        for fn in ast.walk(ast.parse((ROOT / "scpo_lightning" / name).read_text())):
+            if not isinstance(fn, ast.FunctionDef) or fn.name in allowed:
+                continue
+            reaches = [node.lineno for node in ast.walk(fn) if isinstance(node, ast.Attribute)
+                       and node.attr in ("trainer", "_trainer") and isinstance(node.value, ast.Name)
+                       and node.value.id == "self"]
+            assert not reaches, f"{name}: {fn.name} reads self.trainer (line {reaches[0]})"
+
+
 def test_no_callback_imports_another_callback():
     for path in sorted((ROOT / "callbacks").glob("*.py")):
         others = {f"callbacks.{p.stem}" for p in (ROOT / "callbacks").glob("*.py")
@@ -91,3 +120,8 @@ def test_the_core_imports_no_env_internals_and_the_module_no_envs_at_all():
         assert envs <= allowed, f"{path.relative_to(ROOT)} imports {sorted(envs - allowed)}"
     for name in ("module.py", "ppo_epoch.py"):
         assert not env_imports(ROOT / "scpo_lightning" / name), name
+
+
+def test_the_corridor_world_stands_alone():
+    # A test world that imported ALFWorld would load it (and depend on it) wherever the corridor runs.
+    assert not any(m.startswith("envs.alfworld") for m in imported_modules(ROOT / "envs" / "toy.py"))

@@ -5,6 +5,8 @@ import pytest
 from scpo_lightning.prompts import build_prompt, format_admissible, project_action, prompt_style
 from scpo_lightning.rollout import constrained_choices
 
+ALFWORLD, WEBSHOP = prompt_style("alfworld", "prompts"), prompt_style("webshop", "prompts")
+
 
 @pytest.mark.parametrize(
     "text, action, valid",
@@ -25,18 +27,18 @@ from scpo_lightning.rollout import constrained_choices
     ],
 )
 def test_alfworld_projection(text, action, valid):
-    p = project_action(text, "alfworld")
+    p = project_action(text, ALFWORLD)
     assert (p.action, p.valid) == (action, valid)
 
 
 def test_webshop_fallback_is_20_characters_and_unknown_env_is_named():
-    assert project_action("a" * 50, "webshop").action == "a" * 20
-    with pytest.raises(ValueError, match="unknown env"):
-        project_action("x", "minecraft")
+    assert project_action("a" * 50, WEBSHOP).action == "a" * 20
+    with pytest.raises(ValueError, match="unknown env 'minecraft' for action projection"):
+        prompt_style("minecraft", "action projection")
 
 
 def test_constrained_mode_needs_no_think_block():
-    assert project_action("<action>look</action>", "alfworld", require_think=False).valid
+    assert project_action("<action>look</action>", ALFWORLD, require_think=False).valid
 
 
 def test_admissible_formatting_drops_help():
@@ -45,16 +47,16 @@ def test_admissible_formatting_drops_help():
 
 def test_prompt_history_keeps_the_last_pairs():
     history = [("obs A", "act a"), ("obs B", "act b"), ("obs C", "act c")]
-    text = build_prompt("alfworld", "put a mug in the fridge", "obs D", ["look"], history, step=3, history_length=2)
+    text = build_prompt(ALFWORLD, "put a mug in the fridge", "obs D", ["look"], history, step=3, history_length=2)
     assert "Your task is to: put a mug in the fridge" in text
     assert "[Observation 2: 'obs B', Action 2: 'act b']\n[Observation 3: 'obs C', Action 3: 'act c']" in text
     assert "obs A" not in text and "step 4" in text and "obs D" in text
-    first = build_prompt("alfworld", "task", "obs 0", ["look", "help"], [], step=0)
+    first = build_prompt(ALFWORLD, "task", "obs 0", ["look", "help"], [], step=0)
     assert "Observation 1" not in first and "'look'" in first and "'help'" not in first
 
 
 def test_constrained_search_uses_the_task_as_query():
-    placeholder = prompt_style("webshop", "prompts").search_placeholder
+    placeholder = WEBSHOP.search_placeholder
     assert constrained_choices(["search[<your query>]", "click[back to search]", "help"], "red shoes", placeholder) == [
         "search[red shoes]", "click[back to search]"]
 

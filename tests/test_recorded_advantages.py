@@ -6,7 +6,9 @@ no number. ``tests/data/recorded_advantages.npz`` holds the advantages of every 
 random step order), shaped by the SCPO callback with the lexical scorer (deterministic, no weights)
 and computed by the module's ``advantages``, as written by this file's ``__main__`` on commit
 7ef9879 (the last commit before the refactor; copy this file into a checkout of it and run
-``python -m tests.test_recorded_advantages``). The test runs the same path on today's code.
+``python -m tests.test_recorded_advantages``; there, the result is awaited with
+``batch.wait_shaping()``, which issue 31 replaced by ``callback.result(batch)``). The test runs
+the same path on today's code.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def advantages_by_case() -> dict[str, np.ndarray]:
             try:
                 for name, batch in load_batches(env):
                     callback.on_train_batch_start(None, None, batch, 0)
-                    batch.wait_shaping()
+                    batch.shaping = callback.result(batch)
                     out[f"{env}/{order}/{name}"] = np.asarray(SCPOModule.advantages(module, batch), dtype=np.float64)
             finally:
                 callback.teardown(None, None, "fit")

@@ -60,6 +60,18 @@ def test_a_training_pool_draws_only_its_first_tasks_so_they_recur():
     assert len({task for _ in range(3) for task in whole._sample_tasks()}) == 6
 
 
+def test_the_training_split_is_listed_once_not_every_iteration(monkeypatch):
+    # On the real ALFWorld dataset listing a split reads every game file; the draws only need its size.
+    import scpo_lightning.datamodule as datamodule_module
+
+    data, listed = _tiny_rooms(groups_per_batch=2, val_episodes=8), []
+    real = datamodule_module.split_size
+    monkeypatch.setattr(datamodule_module, "split_size", lambda *args: listed.append(args) or real(*args))
+    drawn = [data._sample_tasks() for _ in range(3)]
+    assert listed == [("alfworld", "train", data.env_options)]
+    assert all(0 <= i < real("alfworld", "train", data.env_options) for tasks in drawn for _, i in tasks)
+
+
 def test_validation_autocast_applies_to_validation_collections_only(tmp_path):
     from scpo_lightning.module import SCPOModule
     from scpo_lightning.testing import build_tiny_llama

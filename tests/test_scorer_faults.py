@@ -76,7 +76,7 @@ def shape(callback: SCPOCallback, batch: RolloutBatch) -> float:
     """What the module does around its update: start shaping, later wait for it. Returns the wait."""
     callback.on_train_batch_start(None, None, batch, 0)
     began = time.monotonic()
-    batch.wait_shaping()
+    batch.shaping = callback.result(batch)
     return time.monotonic() - began
 
 

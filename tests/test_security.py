@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from envs.registry import make_env_factory
-from scpo_lightning.prompts import project_action
+from scpo_lightning.prompts import project_action, prompt_style
 from scpo_lightning.testing import build_tiny_llama
 from tests.conftest import require
 from tests.test_cli import ROOT, quickstart_on_corridor
@@ -164,7 +164,7 @@ def test_env_steps_never_run_model_text(env, options, tmp_path):
     instance.reset("train", 0)
     family = "webshop" if env == "webshop" else "alfworld"
     for text in _texts(marker):
-        instance.step(project_action(text, family).action)
+        instance.step(project_action(text, prompt_style(family, "prompts")).action)
         instance.step(text)  # the raw text too, unprojected
     instance.close()
     assert not marker.exists(), f"{env}: an action was executed as code"
@@ -177,7 +177,7 @@ def test_env_worker_processes_never_run_model_text(tmp_path):
     with EnvPool(make_env_factory("corridor", {"max_steps": 1000}), 2, num_workers=2) as pool:
         pool.reset([("train", 0)], 2)
         for text in _texts(marker):
-            out = pool.step([project_action(text, "alfworld").action, text])
+            out = pool.step([project_action(text, prompt_style("alfworld", "prompts")).action, text])
             assert all(r is not None and "failure" not in r.info for r in out.results)
     assert not marker.exists(), "an env worker executed an action as code"
 

@@ -178,7 +178,7 @@ def test_shop_is_shared_per_config():
 
 
 def test_prompt_states_the_instruction_once(env):
-    from scpo_lightning.prompts import build_prompt, format_webshop_observation
+    from scpo_lightning.prompts import build_prompt, format_webshop_observation, prompt_style
 
     reset = env.reset("valid", 0)
     results = env.step(f"search[{reset.task}]").observation
@@ -186,6 +186,6 @@ def test_prompt_states_the_instruction_once(env):
     # verl-agent's format: the parts after the instruction, each single-quoted.
     assert shown.startswith("'Back to Search' [SEP] 'Page 1 (Total results: ")
     assert format_webshop_observation("Thank you [SEP] 1.0", reset.task) == "Thank you [SEP] 1.0"
-    prompt = build_prompt("webshop", reset.task, results, ["click[back to search]"],
+    prompt = build_prompt(prompt_style("webshop", "prompts"), reset.task, results, ["click[back to search]"],
                           [(reset.observation, f"search[{reset.task}]")], step=1)
     assert prompt.count(reset.task) == 2  # the task line, and the search action in the history

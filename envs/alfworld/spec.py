@@ -5,13 +5,7 @@ from __future__ import annotations
 from envs.alfworld.env import WIN_REWARD, AlfworldConfig, announce_source, check_split, make_source
 from envs.alfworld.vocab import FAMILIES
 from envs.base import TextEnv
-from envs.spec import EnvSpec, PromptStyle
-
-PROMPT = PromptStyle(
-    name="alfworld",
-    role="You are an expert household agent acting in a text-based ALFRED environment.",
-    fallback_chars=30,
-)
+from envs.spec import HOUSEHOLD_PROMPT, EnvSpec
 
 
 def make_env(**options) -> TextEnv:
@@ -25,7 +19,7 @@ def split_size(config: AlfworldConfig, split: str) -> int:
 
 
 SPEC = EnvSpec(
-    name="alfworld", settings=AlfworldConfig, make=make_env, prompt=PROMPT, families=FAMILIES,
+    name="alfworld", settings=AlfworldConfig, make=make_env, prompt=HOUSEHOLD_PROMPT, families=FAMILIES,
     check_split=check_split, split_size=split_size, announce=announce_source,
     minilm_knots=(0.338, 0.886),  # scripts/calibrate_minilm.py, docs/scorers.md
     commands=("go", "open", "close", "take", "move", "put", "use", "heat", "cool", "clean", "slice", "toggle",

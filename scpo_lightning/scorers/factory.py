@@ -1,4 +1,5 @@
-"""Build a step scorer from its config name (`scorer: bge | minilm | lexical`)."""
+"""Build a step scorer from its config name (`scorer: bge | minilm | lexical`): the one place that
+knows scorers by name."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.common.rules import check_keywords
+from envs.spec import EnvSpec
 from scpo_lightning.scorers.base import StepScorer, check_batching
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
@@ -42,6 +44,21 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
         raise ValueError(f"scorer={name!r} is not a known scorer. Choose one of {choices}")
     check_scorer_options(name, options)
     return _scorer_class(name)(**options)
+
+
+def run_options(name: str, options: dict[str, Any], theta: float, env: EnvSpec | None,
+                field: str = "scorer_options") -> dict[str, Any]:
+    """``options`` as a run builds scorer ``name``: MiniLM's calibration follows SCPO's ``theta`` and,
+    unless named, the trained env's (``env``: its spec; None outside a Trainer: the options as given)."""
+    options = dict(options)
+    if name == "minilm":
+        options["theta"] = theta
+        if env is not None and "calibration" not in options and "mapping" not in options:
+            if env.minilm_knots is None:
+                raise ValueError(f"{field}: data.env={env.name!r} declares no MiniLM calibration "
+                                 "(EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) or give a mapping")
+            options["calibration"] = env.name
+    return options
 
 
 def check_scorer_options(name: str, options: dict[str, Any], field: str = "scorer_options") -> None:
