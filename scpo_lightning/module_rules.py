@@ -13,7 +13,7 @@ from typing import Any
 
 from envs.common.rules import (FLAG, MAPPING, TEXT, Rule, check, count, instance, number, one_of, optional, pair,
                                positive)
-from scpo_lightning.engines.factory import ENGINES, check_engine_options
+from scpo_lightning.engines.factory import ENGINES, check_engine_options, engine_kind
 from scpo_lightning.estimators import ESTIMATORS, estimator_class
 from scpo_lightning.gigpo import MODES
 from scpo_lightning.losses import RolloutCorrection
@@ -61,7 +61,8 @@ def check_module(cls: type, values: Mapping[str, Any]) -> None:
     if values["old_logprobs"] == "rollout" and correction is not None and correction.mode != "none":
         raise ValueError("model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
                          "rollout they are the same (ρ = 1): set one of them back (mode: none or old_logprobs: recompute)")
-    if values["val_generation_autocast"] is not None and values["engine"] != "hf":
+    # only an engine that generates with the policy itself (hf) runs under the module's autocast
+    if values["val_generation_autocast"] is not None and not engine_kind(values["engine"]).generation_settings:
         raise ValueError(f"model.val_generation_autocast={values['val_generation_autocast']!r} applies to the hf "
                          f"engine only; with engine {values['engine']!r} set the copy's dtype in engine_options")
     check_engine_options(values["engine"], dict(values["engine_options"] or {}))
