@@ -38,3 +38,11 @@ def test_minilm_options_are_checked_before_the_model_loads(tmp_path):
     # ... and a folder without a model names the config field.
     with pytest.raises(FileNotFoundError, match=r"scorer_options\.model_dir=.*no config.json"):
         make_scorer("minilm", model_dir=tmp_path, mapping={"zero": 0.1, "at_theta": 0.7})
+
+
+def test_every_scorer_name_builds_its_own_class():
+    # A scorer listed in SCORERS but missing from the class table must fail, not build another scorer.
+    from scpo_lightning.scorers import factory
+
+    assert set(factory._CLASSES) == set(factory.SCORERS)
+    assert factory._scorer_class("lexical").__name__ == "LexicalScorer"

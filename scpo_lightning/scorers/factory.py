@@ -3,6 +3,7 @@ knows scorers by name."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -19,18 +20,16 @@ SCORERS = {
 }
 
 
+#: Config name -> (module, class); imported on demand, so an unused scorer's packages are never loaded.
+_CLASSES = {"bge": ("scpo_lightning.scorers.bge", "BGEScorer"),
+            "minilm": ("scpo_lightning.scorers.minilm", "MiniLMScorer"),
+            "lexical": ("scpo_lightning.scorers.lexical", "LexicalScorer")}
+
+
 def _scorer_class(name: str) -> type:
-    if name == "bge":
-        from scpo_lightning.scorers.bge import BGEScorer
-
-        return BGEScorer
-    if name == "minilm":
-        from scpo_lightning.scorers.minilm import MiniLMScorer
-
-        return MiniLMScorer
-    from scpo_lightning.scorers.lexical import LexicalScorer
-
-    return LexicalScorer
+    # A name in SCORERS without an entry here is a KeyError, never a silent fallback to another scorer.
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
 
 
 def make_scorer(name: str, **options: Any) -> StepScorer:
