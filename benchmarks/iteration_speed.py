@@ -106,7 +106,7 @@ class _Timer(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        m = pl_module.last_metrics
+        m = outputs["metrics"]
         self.result.update(logprobs_s=m["time/logprobs_s"], update_s=m["time/update_s"])
 
 

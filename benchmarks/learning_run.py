@@ -153,7 +153,7 @@ class Recorder(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        m, episodes, stats = pl_module.last_metrics, batch.episode_metrics(), batch.scpo_stats
+        m, episodes, stats = outputs["metrics"], batch.episode_metrics(), batch.scpo_stats
         groups: dict[int, list[dict[str, Any]]] = {}
         for t in batch.trajectories:
             groups.setdefault(t["group"], []).append(t)

@@ -83,7 +83,7 @@ class Clock(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        m = pl_module.last_metrics
+        m = outputs["metrics"]
         self.iterations.append({"iteration": trainer.current_epoch + 1, "rows": len(batch),
                                 "generate_s": round(batch.timings["generate_s"], 2),
                                 **{k: round(float(m[k]), 6) for k in MISMATCH if k in m}})

@@ -61,7 +61,7 @@ class RLLogger(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: RolloutBatch, batch_idx: int) -> None:
         it = trainer.current_epoch + 1
-        metrics = dict(pl_module.last_metrics)
+        metrics = dict(outputs["metrics"])  # what SCPOModule.training_step returned
         metrics.update(batch_metrics(batch))  # each rank collected its own groups: over all ranks
         metrics.update({f"sampling/{k}": v for k, v in batch.sampling_stats.items()})  # over all ranks already
         failures = self.failure_counts({k[13:]: v for k, v in metrics.items() if k.startswith("env_failures/")})
@@ -71,7 +71,7 @@ class RLLogger(L.Callback):
         metrics.update({f"env_failures/total_{k}": v for k, v in self.env_failure_totals.items()})
         metrics["iteration"] = float(it)
         self._log(trainer, metrics, it)
-        for step in getattr(pl_module, "step_metrics", ()):
+        for step in outputs["step_metrics"]:
             self._log(trainer, {f"train_step/{k}": v for k, v in step.items() if k != "step"} | {"iteration": float(it)},
                       int(step["step"]))
         trainer.print(

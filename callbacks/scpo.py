@@ -150,7 +150,7 @@ class SCPOCallback(L.Callback, ShapingSource):
         self.scorer: CachedScorer | None = None
         self.scorer_failures = 0
         self.buffer = SuccessBuffer(buffer_size, buffer_max_age) if reference_source != "siblings" else None
-        self._trainer: L.Trainer | None = None
+        self._epoch = 0  # the buffer's clock: the trainer's epoch, set as each one starts
         self._started: _Started | None = None
 
     @staticmethod
@@ -177,7 +177,6 @@ class SCPOCallback(L.Callback, ShapingSource):
         data = trainer.datamodule if trainer is not None else None  # None: shaping outside a Trainer
         spec = data.spec if isinstance(data, RolloutDataModule) else None
         self.check_data(spec)
-        self._trainer = trainer  # the buffer's clock, read also while dynamic sampling collects
         if self.scorer is None:
             options = self.run_scorer_options(spec)
             self.scorer = CachedScorer(make_scorer(self.scorer_name, **options), cache_entries=self.cache_entries)
@@ -206,15 +205,14 @@ class SCPOCallback(L.Callback, ShapingSource):
             return None
         return {g: self.buffer.candidates(task, iteration) for g, task in self.group_tasks(batch).items()}
 
-    def _iteration(self, trainer: L.Trainer | None) -> int:
-        """The buffer's clock: the trainer's epoch (without a buffer nothing reads it)."""
-        return trainer.current_epoch if self.buffer is not None else 0
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch = trainer.current_epoch  # before the epoch's batch is collected (dynamic sampling reads it)
 
     def creditable_groups(self, batch: RolloutBatch) -> set[int]:
         """Groups whose failed siblings this callback will match against a reference (a sibling or a
         buffered success), before any scoring: what dynamic sampling keeps although their episode
         scores do not vary (data.dynamic_sampling; the same rule as ``plan_shaping``'s)."""
-        buffered = self.buffered_references(batch, self._iteration(self._trainer)) or {}
+        buffered = self.buffered_references(batch, self._epoch) or {}
         trajs, first = np.unique(np.asarray(batch.traj_ids, dtype=np.int64), return_index=True)  # those with rows
         won: dict[int, list[bool]] = {}
         for traj, ret in zip(trajs.tolist(), batch.traj_returns[first]):
@@ -224,7 +222,7 @@ class SCPOCallback(L.Callback, ShapingSource):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: RolloutBatch, batch_idx: int) -> None:
         t0 = time.perf_counter()
-        iteration = self._iteration(trainer)
+        iteration = self._epoch
         plan = plan_shaping(
             group_ids=batch.group_ids, traj_ids=batch.traj_ids, steps=batch.steps, traj_returns=batch.traj_returns,
             actions=batch.actions, observations=batch.observations, is_action_valid=batch.is_action_valid,

@@ -243,9 +243,9 @@ class SCPOModule(L.LightningModule):
         return self.estimator(batch, self.hparams.norm_mode, self.hparams.omega)
 
     # -------------------------------------------------------------- training
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
-        """One PPO epoch over the iteration's rows (scpo_lightning/ppo_epoch.py); keeps its
-        ``step_metrics``, ``last_metrics`` and the step counters."""
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> dict[str, Any]:
+        """One PPO epoch over the iteration's rows (scpo_lightning/ppo_epoch.py); its ``metrics`` and
+        ``step_metrics`` (per optimizer step) are the ``outputs`` of callbacks' ``on_train_batch_end``."""
         hp = self.hparams
         settings = PPOSettings(hp.mini_batch_rows, hp.micro_batch_rows, hp.temperature, hp.old_logprobs, hp.grad_clip,
                                hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp, self.correction)
@@ -254,6 +254,7 @@ class SCPOModule(L.LightningModule):
         result = run_epoch(learner, settings, batch, self.shaping, self.update_steps, self.skipped_steps)
         self.step_metrics, self.last_metrics = result.step_metrics, result.metrics
         self.update_steps, self.skipped_steps = self.update_steps + result.steps, self.skipped_steps + result.skipped
+        return {"metrics": result.metrics, "step_metrics": result.step_metrics}
 
     # ------------------------------------------------------------ validation
     # torchmetrics syncs metric by metric, in key order, so every rank must hold the same keys even

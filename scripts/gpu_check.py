@@ -123,7 +123,7 @@ class PhaseMeter(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.mark("update")
-        self.metrics = dict(pl_module.last_metrics)
+        self.metrics = dict(outputs["metrics"])
 
 
 def metered_rollouts(meter: PhaseMeter):

@@ -46,7 +46,7 @@ class Record(L.Callback):
             self.first_params = [p.detach().clone() for p in pl_module.policy.parameters()]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.batches.append((trainer.current_epoch, batch, dict(pl_module.last_metrics)))
+        self.batches.append((trainer.current_epoch, batch, dict(outputs["metrics"])))
 
 
 def read_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:

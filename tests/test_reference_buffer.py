@@ -19,7 +19,6 @@ from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.returns import episode_scores, step_returns, trajectory_returns
 from scpo_lightning.scorers import CachedScorer, LexicalScorer
 from scpo_lightning.credit import scpo_shape
-from scpo_lightning.estimators import GiGPO
 from scpo_lightning.scpo_config import SCPOConfig
 from scpo_lightning.shaper import plan_shaping
 
@@ -73,7 +72,9 @@ def callback(scorer=None, **kw) -> SCPOCallback:
 
 
 def shape(cb: SCPOCallback, batch: RolloutBatch, iteration: int) -> RolloutBatch:
-    cb.on_train_batch_start(SimpleNamespace(current_epoch=iteration), None, batch, 0)
+    trainer = SimpleNamespace(current_epoch=iteration)
+    cb.on_train_epoch_start(trainer, None)  # the buffer's clock
+    cb.on_train_batch_start(trainer, None, batch, 0)
     batch.shaping = cb.result(batch)
     return batch
 
@@ -183,8 +184,8 @@ def test_creditable_groups_are_those_the_plan_gives_a_reference():
     shape(cb, make_batch(EARLIER), 0)
     batch = make_batch([*FAILED, (2, "game/B", True, [X0]), (2, "game/B", False, [X1]),  # mixed: its sibling
                         (3, "game/B", True, [X0]), (3, "game/B", True, [X1])])  # all won: nobody to credit
-    # Dynamic sampling asks mid-collection: the buffer's clock is the trainer's epoch, taken in setup.
-    cb.setup(SimpleNamespace(current_epoch=1, datamodule=None), SimpleNamespace(estimator=GiGPO()), "fit")
+    # Dynamic sampling asks mid-collection: the buffer's clock is the epoch, taken as it starts.
+    cb.on_train_epoch_start(SimpleNamespace(current_epoch=1), None)
     assert cb.creditable_groups(batch) == {0, 2}
     assert callback().creditable_groups(batch) == {2}
 

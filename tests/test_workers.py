@@ -276,7 +276,7 @@ def test_worker_failures_reach_the_logged_metrics_per_iteration_and_in_total():
     for failures in ({WORKER_DIED: 2.0, WORKER_TIMEOUT: 1.0, WORKERS_RESTARTED: 2.0}, {}):
         batch = SimpleNamespace(trajectories=[{"won": False, "length": 1, "family": "x"}], is_action_valid=[True], scpo_stats={},
                                 timings={}, env_failures=failures, sampling_stats={})
-        callback.on_train_batch_end(trainer, module, None, batch, 0)
+        callback.on_train_batch_end(trainer, module, {"metrics": module.last_metrics, "step_metrics": []}, batch, 0)
         trainer.current_epoch += 1
     (_, first), (_, second) = logged
     assert first["env_failures/worker_died"] == 2 and first["env_failures/worker_timeout"] == 1

@@ -37,7 +37,7 @@ class Report(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batches.append({"scpo": dict(batch.scpo_stats or {}), "rows": int(len(batch.traj_ids)),
-                             "metrics": {k: float(v) for k, v in pl_module.last_metrics.items()}})
+                             "metrics": {k: float(v) for k, v in outputs["metrics"].items()}})
 
     def on_train_end(self, trainer, pl_module):
         scpo = next(c for c in trainer.callbacks if type(c).__name__ == "SCPOCallback")
