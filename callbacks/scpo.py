@@ -153,8 +153,7 @@ class SCPOCallback(L.Callback, ShapingSource):
         self._epoch = 0  # the buffer's clock: the trainer's epoch, set as each one starts
         self._started: _Started | None = None
 
-    @staticmethod
-    def check_module(pl_module: L.LightningModule) -> None:
+    def check_module(self, pl_module: L.LightningModule) -> None:
         """Start-up check against the module (also run by ``--dry_run``): its estimator reads the credit."""
         check_reads_step_credit(pl_module.estimator)
 

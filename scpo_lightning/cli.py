@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from scpo_lightning.checkpoint_io import check_checkpoint
 from scpo_lightning.parser_errors import OneLineParser
+from scpo_lightning.shaping import shaping_source
 
 #: Errors that mean "not available on this machine" rather than "wrong config".
 MISSING = (FileNotFoundError, ImportError)
@@ -129,13 +130,11 @@ class SCPOCLI(LightningCLI):
         trainer = self.trainer
         if not isinstance(self.datamodule, _Unavailable):
             self.datamodule.check_world_size(trainer.world_size)  # a real run checks it in setup
-        if not isinstance(self.model, _Unavailable):  # callbacks' checks against the module (run in setup too)
-            for callback in trainer.callbacks:
-                if callable(getattr(callback, "check_module", None)):
-                    callback.check_module(self.model)
-        for callback in trainer.callbacks if not isinstance(self.datamodule, _Unavailable) else ():
-            if callable(getattr(callback, "check_data", None)):  # against the env (run in setup too)
-                callback.check_data(self.datamodule.spec)
+        source = shaping_source(trainer.callbacks)  # its start-up checks (run in its setup too)
+        if source is not None and not isinstance(self.model, _Unavailable):
+            source.check_module(self.model)
+        if source is not None and not isinstance(self.datamodule, _Unavailable):
+            source.check_data(self.datamodule.spec)
         callbacks = [type(c).__name__ if not isinstance(c, _Unavailable) else f"{c.cls.__name__} (stand-in)"
                      for c in trainer.callbacks]
         print(f"[dry run] config valid. model: {self._describe(self.model)}; data: {self._describe(self.datamodule)}; "

@@ -13,13 +13,25 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
+from typing import Any
 
+from envs.spec import EnvSpec
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.credit import ShapingResult
 
 
 class ShapingSource(abc.ABC):
     """Shapes the step returns of each training batch (SPEC §3)."""
+
+    @abc.abstractmethod
+    def check_module(self, pl_module: Any) -> None:
+        """Start-up check against the module (in ``setup`` and in the dry run, before any model
+        loads): raises ValueError, naming the field, when the module cannot use this shaping."""
+
+    @abc.abstractmethod
+    def check_data(self, spec: EnvSpec | None) -> None:
+        """Start-up check against the trained env's spec (None: replayed batches of no declared
+        env), in ``setup`` and in the dry run: raises ValueError naming the field."""
 
     @abc.abstractmethod
     def creditable_groups(self, batch: RolloutBatch) -> set[int]:

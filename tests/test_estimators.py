@@ -75,4 +75,4 @@ def test_scpo_refuses_at_start_up_an_estimator_that_ignores_its_credit(tmp_path)
         trainer.fit(module, data)
     assert module.policy is None  # refused before the model loaded
     for name in ("gigpo", "grpo", "rloo"):  # each shipped estimator reads the credit
-        SCPOCallback.check_module(SCPOModule(policy=policy, estimator=name))
+        SCPOCallback(scorer="lexical").check_module(SCPOModule(policy=policy, estimator=name))
