@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import learning_report, report, speed_report
+from benchmarks import learning_report, quickstart_report, report, speed_report
 from benchmarks.common import RESULTS
 
 DOCS = (Path("README.md"), Path("docs/learning.md"), Path("docs/numerics.md"), Path("docs/quickstart.md"),
         Path("docs/benchmarks.md"))
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /table -->)", re.S)
+# The body stops at the first marker: an empty block (a table not yet written) cannot swallow the next one.
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>(?:(?!<!-- /?table).)*?)\n?(<!-- /table -->)", re.S)
 
 #: The rows of docs/numerics.md's one-step table: (variant, its label there).
 NUMERICS_ROWS = (("bf16_tied", "tied weights, bf16 autocast, bf16 logits (the quickstart before)"),
@@ -54,6 +55,10 @@ BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "learning-methods": ("learning.json", learning_report.methods_table),
     "learning-pairwise": ("learning.json", learning_report.pairwise_table),
     "learning-iterations": ("learning.json", learning_report.iterations_table),
+    "quickstart-room-floors": ("alfworld_env.json", quickstart_report.room_floors),
+    "quickstart-iterations": ("quickstart.json", quickstart_report.iterations),
+    "quickstart-validation": ("quickstart.json", quickstart_report.validation),
+    "quickstart-phases": ("quickstart.json", report.iteration_breakdown),
     "numerics-one-step": ("numerics.json", numerics_one_step),
     "numerics-bf16-sampler": ("run_speed_bf16_train.json", speed_report.training_iterations),
     "benchmarks-numerics": ("numerics.json", report.numerics),
@@ -93,7 +98,7 @@ def blocks(text: str) -> list[tuple[str, str]]:
 
 
 def rewrite(text: str, results: Path = RESULTS) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + m.group(4), text)
+    return BLOCK.sub(lambda m: m.group(1) + render(m["name"], results) + "\n" + m.group(4), text)
 
 
 def main(argv: list[str] | None = None) -> list[str]:

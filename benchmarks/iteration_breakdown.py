@@ -67,7 +67,7 @@ class PhaseTimer(L.Callback):
         self._val_since_step: list[tuple[float, float]] = []
         self._step_start: float | None = None
         self._val_start = self._val_rollout = 0.0
-        self._val_outcomes: list[list[Any]] = []  # [task id, won] of the current validation run
+        self._val_outcomes: list[list[Any]] = []  # [task id, family, won] of the current validation run
 
     def track(self, datamodule: Any) -> None:
         """Time every batch the DataModule collects (an instance attribute shadows the method)."""
@@ -107,7 +107,7 @@ class PhaseTimer(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        m, s = pl_module.last_metrics, batch.scpo_stats
+        m, s = outputs["metrics"], batch.scpo_stats
         self.iterations.append({
             "iteration": trainer.current_epoch + 1, "rows": len(batch), "row_tokens": int(batch.lengths.sum()),
             "success": batch.episode_metrics()["success"],
@@ -130,12 +130,12 @@ class PhaseTimer(L.Callback):
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         self._val_rollout += batch.timings["rollout_s"]
-        self._val_outcomes += [[t["task_id"], int(bool(t["won"]))] for t in batch.trajectories]
+        self._val_outcomes += [[t["task_id"], t["family"], int(bool(t["won"]))] for t in batch.trajectories]
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         intervals = [*self._val, (self._val_start, time.perf_counter())]
         self._val_since_step += intervals
-        wins = [won for _, won in self._val_outcomes]
+        wins = [won for *_, won in self._val_outcomes]
         self.validations.append({"after_iteration": 0 if trainer.sanity_checking else trainer.current_epoch + 1,
                                  "wall_s": union_seconds(intervals), "rollout_s": self._val_rollout,
                                  "success": sum(wins) / len(wins) if wins else None, "outcomes": self._val_outcomes})

@@ -43,3 +43,14 @@ def test_a_changed_figure_is_caught_and_rewritten(tmp_path):
     assert blocks(rewrite(doc))[0][1] == render(name)
     with pytest.raises(KeyError, match="not in benchmarks.doc_tables.BLOCKS"):
         render("no-such-table")
+
+
+def test_an_empty_block_is_filled_without_swallowing_the_next_one():
+    # Two blocks not yet written: each is its own block, and rewriting fills each in place.
+    doc = ("<!-- table: numerics-one-step -->\n<!-- /table -->\nbetween\n"
+           "<!-- table: benchmarks-numerics -->\n<!-- /table -->\n")
+    assert blocks(doc) == [("numerics-one-step", ""), ("benchmarks-numerics", "")]
+    filled = rewrite(doc)
+    assert "\nbetween\n" in filled and blocks(filled) == [("numerics-one-step", render("numerics-one-step")),
+                                                          ("benchmarks-numerics", render("benchmarks-numerics"))]
+    assert rewrite(filled) == filled
