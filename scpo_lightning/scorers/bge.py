@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from envs.common.packages import check_all, require
-from scpo_lightning.scorers.base import check_batching
+from scpo_lightning.scorers.base import ScorerRules, check_batching, option_value
 
 #: ``scorer_options.backend`` -> the package it imports and how to install it.
 BACKENDS = {
@@ -64,7 +64,7 @@ def check_max_length(path: Path, max_length: int) -> None:
             f"model in {path}; lower it")
 
 
-class BGEScorer:
+class BGEScorer(ScorerRules):
     """Sigmoid-normalised FlagReranker scores of (reference, candidate) step-text pairs.
 
     Args:
@@ -138,6 +138,17 @@ class BGEScorer:
             max_length=max_length,
             normalize=True,
         )
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], run: Mapping[str, Any]) -> None:
+        """The constructor's value checks, then the backend's package and the model folder (both
+        listed by the dry run when this machine lacks them)."""
+        value = option_value(cls, run)
+        model_dir = run.get("model_dir")
+        if model_dir and (Path(model_dir).expanduser() / "config.json").is_file():
+            check_max_length(Path(model_dir).expanduser(), value("max_length"))
+        check_batching(value("batch_size"), value("max_length"))
+        check_bge_options(options)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         if len(pairs) == 0:

@@ -4,13 +4,11 @@ knows scorers by name."""
 from __future__ import annotations
 
 import importlib
-import inspect
-from pathlib import Path
 from typing import Any
 
 from envs.common.rules import check_keywords
 from envs.spec import EnvSpec
-from scpo_lightning.scorers.base import StepScorer, check_batching
+from scpo_lightning.scorers.base import StepScorer
 
 #: Config name -> what it is; the classes are imported on demand (bge/minilm pull in torch).
 SCORERS = {
@@ -47,44 +45,21 @@ def make_scorer(name: str, **options: Any) -> StepScorer:
 
 def run_options(name: str, options: dict[str, Any], theta: float, env: EnvSpec | None,
                 field: str = "scorer_options") -> dict[str, Any]:
-    """``options`` as a run builds scorer ``name``: MiniLM's calibration follows SCPO's ``theta`` and,
-    unless named, the trained env's (``env``: its spec; None outside a Trainer: the options as given)."""
-    options = dict(options)
-    if name == "minilm":
-        options["theta"] = theta
-        if env is not None and "calibration" not in options and "mapping" not in options:
-            if env.minilm_knots is None:
-                raise ValueError(f"{field}: data.env={env.name!r} declares no MiniLM calibration "
-                                 "(EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) or give a mapping")
-            options["calibration"] = env.name
-    return options
+    """``options`` as a run builds scorer ``name`` (its ``ScorerRules.run_options``: MiniLM's
+    calibration follows ``theta`` and the trained env's; ``env`` None outside a Trainer)."""
+    return _scorer_class(name).run_options(options, theta, env, field)
 
 
 def check_scorer_options(name: str, options: dict[str, Any], field: str = "scorer_options") -> None:
-    """An unknown option names the accepted ones (at start-up too: ``callbacks.scpo.check_scorer``)."""
+    """An unknown option names the accepted ones (at start-up too, through ``check_scorer``)."""
     check_keywords(field, f"scorer={name!r}", _scorer_class(name), options)
 
 
-def check_scorer_values(name: str, options: dict[str, Any]) -> None:
-    """The checks scorer ``name``'s constructor makes of ``options`` (as the run passes them, θ
-    included) before it loads anything, with its messages: SCPOCallback runs them when it is built
-    and against the env, so the dry run refuses what set-up would. A model folder that is not here
-    is checked apart (it is listed by the dry run, not refused)."""
-    if name not in ("bge", "minilm"):
-        return
-    defaults = inspect.signature(_scorer_class(name)).parameters
-
-    def value(key: str) -> Any:
-        return options.get(key, defaults[key].default)
-
-    if name == "minilm":
-        from scpo_lightning.scorers.minilm import cosine_map
-
-        cosine_map(value("calibration"), value("mapping"), value("theta"))
-    model_dir = options.get("model_dir")
-    if name == "bge" and model_dir and (Path(model_dir).expanduser() / "config.json").is_file():
-        from scpo_lightning.scorers.bge import check_max_length
-
-        check_max_length(Path(model_dir).expanduser(), value("max_length"))
-    check_batching(value("batch_size"), value("max_length"))
-
+def check_scorer(name: str, options: dict[str, Any], run: dict[str, Any], field: str = "scorer_options") -> None:
+    """Start-up check of scorer ``name`` before anything loads: its option names, then its own rules
+    (``ScorerRules.check_config``) of ``options`` as given and of ``run`` as the run passes them, with
+    the constructor's messages. SCPOCallback runs it when built and against the env, so the dry run
+    refuses what set-up would; what this machine lacks raises FileNotFoundError / ImportError (listed
+    by the dry run)."""
+    check_scorer_options(name, options, field)
+    _scorer_class(name).check_config(options, run)

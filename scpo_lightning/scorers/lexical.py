@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from scpo_lightning.scorers.base import ScorerRules
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
@@ -15,7 +17,7 @@ def _bag(text: str) -> Counter[str]:
     return Counter(_TOKEN.findall(text.lower()))
 
 
-class LexicalScorer:
+class LexicalScorer(ScorerRules):
     """Dice coefficient of the two texts' lower-cased word multisets.
 
     ``2 |A ∩ B| / (|A| + |B|)`` with multiset intersection: 1.0 for texts with the same words,

