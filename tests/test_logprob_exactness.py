@@ -67,12 +67,15 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
     # fp32 sums (incremental decoding vs one forward). This peaked model amplifies that order through
     # its layers: mean 9.2e-6, max 9.5e-5 here (1.2e-4 max on another Xeon; the standard tiny model
     # stays <= 1e-4, tests/test_rollout_logprobs.py); a bf16 sampler is off by far more (the metric
-    # sees it: a max over the sampled tokens: 1.19 here).
+    # sees it: a max over the sampled tokens: 1.19 against an fp32 trainer). Against a bf16 trainer
+    # both sides round, but at different places (incremental decoding vs one forward): 8.6e-3 max on
+    # an AVX2 EPYC, whose bf16 matmuls are emulated, above 1e-2 on a Xeon with AVX512-BF16; either
+    # way many times the fp32 bound.
     diff, mean = module.last_metrics["rollout/logprob_diff_max"], module.last_metrics["rollout/logprob_diff_mean"]
     if generation is None:
         assert diff <= 3e-4 and mean <= 3e-5
     else:
-        assert 1e-2 < diff < 10.0
+        assert (1e-2 if precision == "32-true" else 2e-3) < diff < 10.0
 
 
 def _fit_one_iteration(tmp_path, **module_kw) -> SCPOModule:
