@@ -128,13 +128,16 @@ class SCPOCLI(LightningCLI):
         if self._dry is None:
             return
         trainer = self.trainer
-        if not isinstance(self.datamodule, _Unavailable):
-            self.datamodule.check_world_size(trainer.world_size)  # a real run checks it in setup
+        data = None if isinstance(self.datamodule, _Unavailable) else self.datamodule
+        if data is not None:
+            data.check_world_size(trainer.world_size)  # a real run checks it in setup
+        if not isinstance(self.model, _Unavailable):  # the strategy and engine rules of the module's setup
+            self.model.check_trainer(trainer.strategy, data.rollout.action_mode if data else None, self.subcommand)
         source = shaping_source(trainer.callbacks)  # its start-up checks (run in its setup too)
         if source is not None and not isinstance(self.model, _Unavailable):
             source.check_module(self.model)
-        if source is not None and not isinstance(self.datamodule, _Unavailable):
-            source.check_data(self.datamodule.spec)
+        if source is not None and data is not None:
+            source.check_data(data.spec)
         callbacks = [type(c).__name__ if not isinstance(c, _Unavailable) else f"{c.cls.__name__} (stand-in)"
                      for c in trainer.callbacks]
         print(f"[dry run] config valid. model: {self._describe(self.model)}; data: {self._describe(self.datamodule)}; "

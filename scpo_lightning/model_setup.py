@@ -11,18 +11,20 @@ from typing import Any
 import torch
 
 
-def data_parallel_mesh(strategy: Any, device_mesh: Any, lora_rank: int, reference_offload: bool) -> Any:
-    """The data-parallel device mesh under ModelParallelStrategy; None on a single device."""
+def check_strategy(strategy: Any, lora_rank: int, reference_offload: bool) -> None:
+    """The strategy rules, before any device mesh exists: ``SCPOModule.setup`` and ``--dry_run`` run them."""
     from lightning.pytorch.strategies import ModelParallelStrategy, SingleDeviceStrategy
 
     if isinstance(strategy, ModelParallelStrategy):
-        if device_mesh["tensor_parallel"].size() != 1:
+        # As configured; "auto" is what Lightning's setup_environment makes of it: every device of the node.
+        tensor_parallel = strategy._tensor_parallel_size
+        if (strategy.num_processes if tensor_parallel == "auto" else tensor_parallel) != 1:
             raise ValueError("trainer.strategy: ModelParallelStrategy needs tensor_parallel_size: 1 (HF models "
                              "have no tensor-parallel plan here); set data_parallel_size to the device count")
         if lora_rank > 0:
             raise ValueError("model.lora_rank > 0 is not supported with ModelParallelStrategy (LoRA under "
                              "FSDP2 is untested); train LoRA on one device or set lora_rank: 0")
-        return device_mesh["data_parallel"]
+        return
     if strategy is not None and not isinstance(strategy, SingleDeviceStrategy):
         # DDP/FSDP1/DeepSpeed: several backward passes and optimizer steps per training_step break
         # DDP's reducer, and FSDP1 cannot keep weights gathered for generation (scpo_lightning.sharding).
@@ -33,7 +35,13 @@ def data_parallel_mesh(strategy: Any, device_mesh: Any, lora_rank: int, referenc
     if reference_offload:
         raise ValueError("model.reference_offload offloads the sharded reference: it needs trainer.strategy "
                          "ModelParallelStrategy; set it to false on one device")
-    return None
+
+
+def data_parallel_mesh(strategy: Any, device_mesh: Any) -> Any:
+    """The data-parallel device mesh under ModelParallelStrategy (``check_strategy`` passed); None on a single device."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    return device_mesh["data_parallel"] if isinstance(strategy, ModelParallelStrategy) else None
 
 
 def bf16_compute(trainer_precision: str, torch_dtype: str, generation_dtype: str | None,

@@ -29,8 +29,7 @@ from scpo_lightning.estimators import build_estimator
 from scpo_lightning.losses import RolloutCorrection
 from scpo_lightning.metrics import episode_values
 from scpo_lightning.model_setup import LORA_INSTALL, bf16_compute, data_parallel_mesh, with_lora
-from scpo_lightning.module_rules import check_module
-from scpo_lightning.policy import check_model_source
+from scpo_lightning.module_rules import check_module, check_policy, check_trainer
 from scpo_lightning.ppo_epoch import Learner, PPOSettings, run_epoch
 from scpo_lightning.precision import prepare_weights
 from scpo_lightning.rollout import RolloutPolicy, SamplingSettings
@@ -41,13 +40,6 @@ from scpo_lightning.sharding import gathered, is_sharded, shard
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 # Validation creates a metric per task family up front; a family without episodes computes NaN, left out.
 warnings.filterwarnings("ignore", message=r".*MeanMetric was called before the ``update`` method.*")
-
-
-def _check_policy(policy: str) -> None:
-    try:
-        check_model_source(policy)
-    except (FileNotFoundError, ImportError) as exc:
-        raise type(exc)(f"model.policy: {exc}") from None
 
 
 class SCPOModule(L.LightningModule):
@@ -129,7 +121,7 @@ class SCPOModule(L.LightningModule):
         check_module(SCPOModule, locals())  # every value, before anything loads (scpo_lightning/module_rules.py)
         self.estimator = build_estimator(estimator)
         # What this machine may lack, all of it (--dry_run lists each): the model, the engine's package, peft.
-        check_all(lambda: _check_policy(policy), lambda: check_engine_installed(engine),
+        check_all(lambda: check_policy(policy), lambda: check_engine_installed(engine),
                   lambda: lora_rank == 0 or require(f"model.lora_rank={lora_rank}", "peft", LORA_INSTALL))
         self.save_hyperparameters()
         self.automatic_optimization = False
@@ -163,6 +155,11 @@ class SCPOModule(L.LightningModule):
         if isinstance(data, RolloutDataModule):
             self.env_spec, self.action_mode = data.spec, data.rollout.action_mode
         self.shaping = shaping_source(self.trainer.callbacks)
+        self.check_trainer(self.trainer.strategy, self.action_mode, stage)
+
+    def check_trainer(self, strategy: Any, action_mode: str | None, stage: str) -> None:
+        """The rules that need the trainer and the data (module_rules.check_trainer); --dry_run runs them too."""
+        check_trainer(self.hparams, self.correction, self.engine_kind, strategy, action_mode, stage == "fit")
 
     def configure_model(self) -> None:
         """Load the policy (and the frozen reference copy) once; shard both under ModelParallelStrategy."""
@@ -172,8 +169,7 @@ class SCPOModule(L.LightningModule):
 
         hp = self.hparams
         strategy = self._trainer.strategy if self._trainer is not None else None
-        mesh = data_parallel_mesh(strategy, self.device_mesh, hp.lora_rank,
-                                  hp.reference_offload)  # checks the strategy before anything loads
+        mesh = data_parallel_mesh(strategy, self.device_mesh)  # setup checked the strategy (check_trainer)
         if self.global_rank == 0:
             print(f"Loading the policy {hp.policy} ({hp.torch_dtype})", flush=True)
         policy, self.tokenizer = load_policy(hp.policy, torch_dtype=hp.torch_dtype, cache_dir=hp.cache_dir,
@@ -205,9 +201,6 @@ class SCPOModule(L.LightningModule):
         ref = self.reference
         if ref is not None and not is_sharded(ref):
             ref.to(device=self.device, dtype=next(self.policy.parameters()).dtype)
-        # These settings read the engine's own log-probs of π: refused before any rollout where it lacks them.
-        if self.hparams.old_logprobs == "rollout" or self.correction.mode != "none":
-            self.engine_kind.check_policy_logprobs(self.hparams.top_p, self.action_mode == "constrained")
 
     @contextlib.contextmanager
     def generation_context(self, validation: bool = False) -> Iterator[None]:

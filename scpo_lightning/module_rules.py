@@ -1,4 +1,6 @@
-"""SCPOModule's settings rules (``model.*``): run first thing in its ``__init__``, before anything loads.
+"""SCPOModule's settings rules (``model.*``): run first thing in its ``__init__``, before anything loads,
+and, for the rules that need the trainer's strategy and the data's action mode, in its ``setup``
+(``check_trainer``, which ``--dry_run`` calls too).
 
 They sit in this file beside module.py, not inside it, only because module.py is near the project's
 300-line limit. This file imports what the rules name (engines, estimators, normalisation modes,
@@ -13,10 +15,12 @@ from typing import Any
 
 from envs.common.rules import (FLAG, MAPPING, TEXT, Rule, check, count, instance, number, one_of, optional, pair,
                                positive)
-from scpo_lightning.engines.factory import ENGINES, check_engine_options, engine_kind
+from scpo_lightning.engines.factory import ENGINES, EngineKind, check_engine_options, engine_kind
 from scpo_lightning.estimators import ESTIMATORS, estimator_class
 from scpo_lightning.gigpo import MODES
 from scpo_lightning.losses import RolloutCorrection
+from scpo_lightning.model_setup import check_strategy
+from scpo_lightning.policy import check_model_source
 from scpo_lightning.precision import BF16_GRID
 
 #: model.old_logprobs choices.
@@ -66,3 +70,21 @@ def check_module(cls: type, values: Mapping[str, Any]) -> None:
         raise ValueError(f"model.val_generation_autocast={values['val_generation_autocast']!r} applies to the hf "
                          f"engine only; with engine {values['engine']!r} set the copy's dtype in engine_options")
     check_engine_options(values["engine"], dict(values["engine_options"] or {}))
+
+
+def check_policy(policy: str) -> None:
+    """model.policy: what this machine lacks (a model folder, the GGUF package) names the field."""
+    try:
+        check_model_source(policy)
+    except (FileNotFoundError, ImportError) as exc:
+        raise type(exc)(f"model.policy: {exc}") from None
+
+
+def check_trainer(hp: Mapping[str, Any], correction: RolloutCorrection, engine: EngineKind, strategy: Any,
+                  action_mode: str | None, fitting: bool) -> None:
+    """The rules that need the trainer's strategy and the data's action mode, before anything loads:
+    ``SCPOModule.check_trainer`` (its ``setup``, and ``--dry_run``, which so refuses what a run does)."""
+    check_strategy(strategy, hp["lora_rank"], hp["reference_offload"])
+    # These settings read the engine's own log-probs of π: refused where it reports none.
+    if fitting and (hp["old_logprobs"] == "rollout" or correction.mode != "none"):
+        engine.check_policy_logprobs(hp["top_p"], action_mode == "constrained")

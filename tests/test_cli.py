@@ -120,6 +120,27 @@ def test_bad_number_fails_at_start_up_and_in_the_dry_run_naming_the_field(tmp_pa
         train.main(["fit", "--config", str(config), "--dry_run", "true", flag, value])
 
 
+STRATEGY_RULES = [
+    (["--trainer.strategy.class_path", "lightning.pytorch.strategies.ModelParallelStrategy", "--model.lora_rank", "4"],
+     "model.lora_rank > 0 is not supported with ModelParallelStrategy"),
+    (["--trainer.strategy", "ddp"], "trainer.strategy"),
+    (["--model.reference_offload", "true"], "model.reference_offload offloads the sharded reference"),
+]
+
+
+@pytest.mark.parametrize("args, message", STRATEGY_RULES, ids=["fsdp2-lora", "ddp", "offload-one-device"])
+def test_strategy_rules_fail_the_dry_run_as_they_fail_a_run(tmp_path, monkeypatch, args, message):
+    """The rules that need the trainer's strategy (module_rules.check_trainer) run in the module's
+    setup, before the model loads, and in the dry run: neither path lets such a config through."""
+    config = quickstart_on_corridor(tmp_path)
+    proc = run_cli(config, tmp_path, *args)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr[-3000:]
+    assert "Loading" not in proc.stdout and traceback_frames(proc.stderr) == 0, proc.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train.main(["fit", "--config", str(config), "--dry_run", "true", *args])
+
+
 def test_a_named_data_folder_that_is_not_here_fails_the_dry_run_and_a_real_run_in_one_message(tmp_path):
     """The issue's command: ``data_path`` names a folder that is not on this machine. A wrong value
     the user typed, so the dry run fails on it (exit 1, field and fix, no traceback)."""

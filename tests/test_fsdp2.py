@@ -102,7 +102,7 @@ def test_cli_trains_validates_resumes_and_exports_on_two_ranks(tmp_path):
     data["trainer"].update(devices=2, precision="32-true", strategy={
         "class_path": "lightning.pytorch.strategies.ModelParallelStrategy",
         "init_args": {"data_parallel_size": 2, "tensor_parallel_size": 1}})
-    # LoRA is refused under ModelParallelStrategy (model_setup.data_parallel_mesh): full fine-tuning here.
+    # LoRA is refused under ModelParallelStrategy (model_setup.check_strategy): full fine-tuning here.
     data["model"].update(micro_batch_rows=4, generation_batch_size=8, reference_offload=True, lora_rank=0)
     for callback in data["trainer"]["callbacks"]:
         if callback["class_path"].endswith("HFExport"):
