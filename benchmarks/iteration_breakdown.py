@@ -158,7 +158,7 @@ def run(max_epochs: int, extra: list[str], save_batches: bool) -> tuple[PhaseTim
     for cb in trainer.callbacks:
         if isinstance(cb, ModelCheckpoint):
             cb.dirpath = str(LOG_DIR / "checkpoints")  # not the quickstart's own runs/quickstart
-    save_to = DATA / cli.datamodule.env if save_batches else None
+    save_to = DATA / cli.datamodule.spec.name if save_batches else None
     for old in save_to.glob("run_*.pkl.xz") if save_to else ():
         old.unlink()  # the batches of an earlier run
     timer = PhaseTimer(save_to)
@@ -166,7 +166,7 @@ def run(max_epochs: int, extra: list[str], save_batches: bool) -> tuple[PhaseTim
     trainer.callbacks.insert(0, timer)
     settings = {"max_epochs": max_epochs, "check_val_every_n_epoch": trainer.check_val_every_n_epoch,
                 "groups_per_batch": cli.datamodule.groups_per_batch, "group_size": cli.datamodule.group_size,
-                "val_episodes": cli.datamodule.val_episodes, "env_options": cli.datamodule.env_options,
+                "val_episodes": cli.datamodule.val_episodes, "env_options": cli.datamodule.env.options,
                 "rollout": {k: getattr(cli.datamodule.rollout, k) for k in ("max_steps", "action_mode", "exclude_actions")}}
     start = time.perf_counter()
     trainer.fit(cli.model, datamodule=cli.datamodule)

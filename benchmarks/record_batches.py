@@ -112,7 +112,7 @@ def summary(args: argparse.Namespace, overrides: list[str], tau_succ: float, dm:
     n_mixed = sum(b["mixed_groups"] > 0 for b in batches)
     return {
         "env": args.env, "config": str(QUICKSTART), "overrides": overrides, "tau_succ": tau_succ,
-        "groups_per_batch": dm.groups_per_batch, "group_size": dm.group_size, "env_options": dm.env_options,
+        "groups_per_batch": dm.groups_per_batch, "group_size": dm.group_size, "env_options": dm.env.options,
         "rollout": {k: getattr(dm.rollout, k) for k in ("max_steps", "history_length", "action_mode", "exclude_actions")},
         "attempts": len(batches), "batches_with_mixed_group": n_mixed, "target": args.target,
         "reached_target": n_mixed >= args.target, "setup_s": round(setup_s, 1),

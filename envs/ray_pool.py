@@ -118,7 +118,7 @@ class RayEnvPool(EnvPool):
                  reset_timeout_s: float = 900.0, address: str | None = None):
         """
         Args:
-            factory: picklable callable returning a fresh ``TextEnv`` (``envs.registry.make_env_factory``).
+            factory: picklable callable returning a fresh ``TextEnv`` (``envs.registry.EnvSetup.factory``).
             num_envs: env slots in all.
             num_workers: Ray actors; a local runtime (``address=None``) gets this many CPUs.
             timeout_s: limit for one ``step`` call before an actor counts as hung.

@@ -29,17 +29,72 @@ def prompt_styles() -> dict[str, PromptStyle]:
     return {spec.prompt.name: spec.prompt for spec in SPECS.values()}
 
 
-def make_env_factory(name: str, options: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
-    """A zero-argument factory (picklable arguments only, so worker processes can call it)."""
-    spec = env_spec(name)
+@dataclass(frozen=True)
+class EnvSetup:
+    """``data.env`` and ``data.env_options`` resolved once, at start-up: the spec, the options and
+    the settings built from them. The DataModule holds one and asks it for the factory and the splits."""
+
+    spec: EnvSpec
+    options: dict[str, Any]
+    settings: Any
+
+    def factory(self) -> Callable[[], TextEnv]:
+        """A zero-argument factory (picklable arguments only, so worker processes can call it)."""
+        return _Factory(self.spec.make, self.options)
+
+    def split_size(self, split: str) -> int | None:
+        """Number of addressable tasks in a split, or None when any index is valid."""
+        return self.spec.split_size(self.settings, split)
+
+    def check_splits(self, train_split: str, val_split: str | Sequence[str], val_stop: int) -> None:
+        """Start-up check of the splits a run plays, before any model or game loads: each exists (on
+        the real ALFWorld dataset: its folder) and the validation split holds tasks up to ``val_stop``
+        (data.val_start_index + data.val_episodes, over a list of splits in order; 0 = no validation,
+        its split is not checked). Logs which data the run plays and why (``EnvSpec.announce``)."""
+        spec, settings = self.spec, self.settings
+        if spec.announce is not None:
+            spec.announce(settings)
+        try:
+            spec.check_split(settings, train_split, False)
+        except ValueError as exc:
+            raise type(exc)(f"data.train_split={train_split!r}: {exc}") from None
+        if not val_stop:
+            return
+        splits = [val_split] if isinstance(val_split, str) else list(val_split)
+        sizes = []
+        for k, split in enumerate(splits):
+            try:
+                size = spec.check_split(settings, split, True)
+            except ValueError as exc:
+                raise type(exc)(f"data.val_split={val_split!r}: {exc}") from None
+            if size is None and k < len(splits) - 1:  # the next split's tasks would start at an unknown index
+                raise ValueError(f"data.val_split={val_split!r}: the size of {split!r} is unknown here, so only the "
+                                 "last split of the list may be one of unknown size; reorder the list")
+            sizes.append(size)
+        if None not in sizes and val_stop > sum(sizes):
+            raise ValueError(f"data.val_split={val_split!r} holds {sum(sizes)} tasks, but data.val_start_index + "
+                             f"data.val_episodes = {val_stop}; lower them to fit")
+
+
+def resolve_env(name: str, options: dict[str, Any] | None = None) -> EnvSetup:
+    """The env ``name`` with ``options``, checked: a bad option fails at start-up, naming it, before
+    any model or game loads (worker processes would meet it only when they start)."""
     options = dict(options or {})
-    check_options(name, options)
-    return _Factory(spec.make, options)
+    return EnvSetup(env_spec(name), options, check_options(name, options))
+
+
+def make_env_factory(name: str, options: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
+    """``resolve_env(name, options).factory()``: one env by name, for scripts and tests."""
+    return resolve_env(name, options).factory()
+
+
+def split_size(name: str, split: str, options: dict[str, Any] | None = None) -> int | None:
+    """``resolve_env(name, options).split_size(split)``, for scripts and tests."""
+    return resolve_env(name, options).split_size(split)
 
 
 def check_options(name: str, options: dict[str, Any]) -> Any:
-    """Build the env's settings once, here: a bad option fails at start-up, naming it, before any
-    model or game loads (worker processes would meet it only when they start). Returns them."""
+    """Build the env's settings from ``data.env_options`` (unknown names and bad values name the field)."""
     settings = env_spec(name).settings
     check_keywords("data.env_options", f"the {name} env", settings, options)
     try:
@@ -48,50 +103,12 @@ def check_options(name: str, options: dict[str, Any]) -> Any:
         raise type(exc)(f"data.env_options: {exc}") from None
 
 
-def check_splits(name: str, options: dict[str, Any] | None, train_split: str, val_split: str | Sequence[str],
-                 val_stop: int) -> None:
-    """Start-up check of the splits a run plays, before any model or game loads: each exists (on
-    the real ALFWorld dataset: its folder) and the validation split holds tasks up to ``val_stop``
-    (data.val_start_index + data.val_episodes, over a list of splits in order; 0 = no validation,
-    its split is not checked). Logs which data the run plays and why (``EnvSpec.announce``)."""
-    spec = env_spec(name)
-    settings = spec.settings(**dict(options or {}))
-    if spec.announce is not None:
-        spec.announce(settings)
-    try:
-        spec.check_split(settings, train_split, False)
-    except ValueError as exc:
-        raise type(exc)(f"data.train_split={train_split!r}: {exc}") from None
-    if not val_stop:
-        return
-    splits = [val_split] if isinstance(val_split, str) else list(val_split)
-    sizes = []
-    for k, split in enumerate(splits):
-        try:
-            size = spec.check_split(settings, split, True)
-        except ValueError as exc:
-            raise type(exc)(f"data.val_split={val_split!r}: {exc}") from None
-        if size is None and k < len(splits) - 1:  # the next split's tasks would start at an unknown index
-            raise ValueError(f"data.val_split={val_split!r}: the size of {split!r} is unknown here, so only the "
-                             "last split of the list may be one of unknown size; reorder the list")
-        sizes.append(size)
-    if None not in sizes and val_stop > sum(sizes):
-        raise ValueError(f"data.val_split={val_split!r} holds {sum(sizes)} tasks, but data.val_start_index + "
-                         f"data.val_episodes = {val_stop}; lower them to fit")
-
-
 class _Factory:
     def __init__(self, make: Callable[..., TextEnv], options: dict[str, Any]):
         self.make, self.options = make, options
 
     def __call__(self) -> TextEnv:
         return self.make(**self.options)
-
-
-def split_size(name: str, split: str, options: dict[str, Any] | None = None) -> int | None:
-    """Number of addressable tasks in a split, or None when any index is valid."""
-    spec = env_spec(name)
-    return spec.split_size(spec.settings(**(options or {})), split)
 
 
 @dataclass

@@ -30,7 +30,7 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
 from envs.common.packages import check_all, require
-from envs.registry import check_splits, env_spec, make_env_factory, make_pool, split_size
+from envs.registry import env_spec, make_pool, resolve_env
 from scpo_lightning import distributed
 from scpo_lightning.batch import RolloutBatch
 from scpo_lightning.datamodule_rules import check_datamodule
@@ -119,16 +119,15 @@ class RolloutDataModule(L.LightningDataModule):
         # The env's own options, then the splits this run plays (a missing dataset: listed by --dry_run),
         # and Ray's package: everything this machine lacks is raised together (packages.check_all).
         def env_checks() -> None:
-            self.env_factory = make_env_factory(env, env_options)
-            check_splits(env, env_options, train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
+            self.env = resolve_env(env, env_options)
+            self.env.check_splits(train_split, val_split, val_start_index + val_episodes if val_episodes else 0)
 
         check_all(env_checks, lambda: worker_backend != "ray" or require("data.worker_backend=ray", "ray",
                                                                           "pip install -e '.[ray]'"))
-        self.env, self.env_options = env, env_options
         self.groups_per_batch, self.group_size = groups_per_batch, group_size
         self.train_split, self.val_start_index = train_split, val_start_index
         self.train_tasks = train_tasks
-        size = split_size(env, train_split, env_options) if train_tasks is not None else None
+        size = self.env.split_size(train_split) if train_tasks is not None else None
         if size is not None and train_tasks > size:
             raise ValueError(f"data.train_tasks={train_tasks} but split {train_split!r} has {size} tasks; "
                              f"set data.train_tasks to at most {size}, or null for the whole split")
@@ -155,7 +154,7 @@ class RolloutDataModule(L.LightningDataModule):
         if self.pool is None:
             val_share = math.ceil(self.val_episodes / self.world_size)
             size = max(self.groups_per_batch // self.world_size * self.group_size, min(self.val_batch_episodes, val_share))
-            self.pool = make_pool(self.env_factory, size, workers=self.workers, backend=self.worker_backend,
+            self.pool = make_pool(self.env.factory(), size, workers=self.workers, backend=self.worker_backend,
                                   step_timeout_s=self.step_timeout_s, reset_timeout_s=self.reset_timeout_s,
                                   address=self.ray_address)
             self._check_first_prompts()
@@ -195,8 +194,7 @@ class RolloutDataModule(L.LightningDataModule):
     @functools.cached_property
     def _train_size(self) -> int | None:
         """Tasks training draws from (None: any index); listing a real split reads every game file: once."""
-        return self.train_tasks if self.train_tasks is not None else split_size(self.env, self.train_split,
-                                                                                 self.env_options)
+        return self.train_tasks if self.train_tasks is not None else self.env.split_size(self.train_split)
 
     def _sample_tasks(self) -> list[tuple[str, int]]:
         """This rank's groups of the iteration: its share of the draw every rank makes alike."""
@@ -215,7 +213,7 @@ class RolloutDataModule(L.LightningDataModule):
     def _val_task(self, index: int) -> tuple[str, int]:
         """Task ``index`` of the validation splits' concatenation (start-up checked that it exists)."""
         if self._val_sizes is None:  # listing a real split reads every game file: once
-            self._val_sizes = [split_size(self.env, split, self.env_options) for split in self.val_splits[:-1]]
+            self._val_sizes = [self.env.split_size(split) for split in self.val_splits[:-1]]
         for split, size in zip(self.val_splits, self._val_sizes):
             if index < size:
                 return split, index

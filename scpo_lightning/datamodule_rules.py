@@ -4,7 +4,7 @@ They sit in this file beside datamodule.py, not inside it, only because datamodu
 project's 300-line limit. This file imports what the rules name (the env registry, the rollout and
 dynamic-sampling settings) and never datamodule.py, so the two form no import cycle; the class
 passes itself in, so each message quotes the default of its own signature. The splits are checked
-once the env options are (``envs.registry.check_splits``, from the DataModule).
+once the env options are (``envs.registry.EnvSetup.check_splits``, from the DataModule).
 """
 
 from __future__ import annotations

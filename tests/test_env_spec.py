@@ -59,7 +59,7 @@ def test_a_registered_env_trains_and_validates_end_to_end(beacon, tmp_path):
                              val_episodes=4, val_batch_episodes=4, progress=False,
                              rollout=RolloutConfig(env="beacon", max_steps=2, action_mode="constrained",
                                                    max_prompt_tokens=4096))
-    assert data.env_factory().max_steps == 2  # the horizon reaches the env from data.rollout.max_steps
+    assert data.env.factory()().max_steps == 2  # the horizon reaches the env from data.rollout.max_steps
     batches = []
     trainer = L.Trainer(max_epochs=1, num_sanity_val_steps=0, accelerator="cpu", devices=1,
                         logger=CSVLogger(tmp_path / "logs", name="", version=""), enable_progress_bar=False,

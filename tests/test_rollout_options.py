@@ -36,10 +36,8 @@ def _tiny_rooms(**kw):
 
 
 def test_a_list_of_validation_splits_is_played_as_their_concatenation():
-    from envs.registry import split_size
-
     data = _tiny_rooms(val_split=["valid_seen", "valid_unseen"], val_episodes=60, val_start_index=30)
-    seen = split_size("alfworld", "valid_seen", data.env_options)  # 48 games of the two families
+    seen = data.env.split_size("valid_seen")  # 48 games of the two families
     tasks = data.val_tasks()
     assert len(tasks) == 60 and len(set(tasks)) == 60
     assert tasks[: seen - 30] == [("valid_seen", i) for i in range(30, seen)]
@@ -62,14 +60,15 @@ def test_a_training_pool_draws_only_its_first_tasks_so_they_recur():
 
 def test_the_training_split_is_listed_once_not_every_iteration(monkeypatch):
     # On the real ALFWorld dataset listing a split reads every game file; the draws only need its size.
-    import scpo_lightning.datamodule as datamodule_module
+    import dataclasses
 
     data, listed = _tiny_rooms(groups_per_batch=2, val_episodes=8), []
-    real = datamodule_module.split_size
-    monkeypatch.setattr(datamodule_module, "split_size", lambda *args: listed.append(args) or real(*args))
+    real = data.env.spec.split_size
+    spec = dataclasses.replace(data.env.spec, split_size=lambda *args: listed.append(args[1:]) or real(*args))
+    monkeypatch.setattr(data, "env", dataclasses.replace(data.env, spec=spec))
     drawn = [data._sample_tasks() for _ in range(3)]
-    assert listed == [("alfworld", "train", data.env_options)]
-    assert all(0 <= i < real("alfworld", "train", data.env_options) for tasks in drawn for _, i in tasks)
+    assert listed == [("train",)]
+    assert all(0 <= i < real(data.env.settings, "train") for tasks in drawn for _, i in tasks)
 
 
 def test_validation_autocast_applies_to_validation_collections_only(tmp_path):
