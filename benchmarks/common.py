@@ -18,13 +18,28 @@ DATA = Path("benchmarks/data")
 QUICKSTART = Path("configs/quickstart.yaml")
 
 
+def cpu_model() -> str:
+    """The processor's marketing name from /proc/cpuinfo ("" where there is none, e.g. macOS)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
 def machine() -> dict[str, Any]:
-    """Cores, memory, versions and the current load average (1, 5, 15 min)."""
+    """Cores, memory, versions and the current load average (1, 5, 15 min).
+
+    The CPU model and the instruction set torch dispatches to (AVX2, AVX512, ...) are recorded
+    because they change float rounding: the same seed gives other samples on another ISA.
+    """
     import torch
 
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cores": os.cpu_count(),
         "memory_gib": round(mem_gib, 1),
         "python": platform.python_version(),
