@@ -34,6 +34,20 @@ def prefix_prefill(r: dict[str, Any]) -> str:
     return out + "\n\n" + _footer(r)
 
 
+def scoring_prefix(r: dict[str, Any]) -> str:
+    out = _table(["env", "batches", "tokens per pass (today)", "shared", "share", "worst batch"],
+                 [[env, len(c["batches"]), c["today_tokens"], c["shared_tokens"], f"{c['shared_share']:.1%}",
+                   f"{c['shared_share_worst_batch']:.1%}"] for env, c in r["counts"].items()])
+    if "timing" in r:
+        out += "\n\n" + _table(
+            ["timed (first batch)", "rows", "no-grad pass today s", "shared s", "speed-up", "update fwd + bwd today s",
+             "shared s", "speed-up", "max \\|Δ log p\\|", "max relative Δ gradient"],
+            [[env, t["rows"], t["logprobs_today_s"], t["logprobs_shared_s"], f"{t['logprobs_speedup']}x",
+              t["update_today_s"], t["update_shared_s"], f"{t['update_speedup']}x", f"{t['max_abs_logprob_diff']:.1e}",
+              f"{t['max_rel_grad_diff']:.1e}"] for env, t in r["timing"].items()])
+    return out + "\n\n" + _footer(r)
+
+
 def roofline(r: dict[str, Any]) -> str:
     m = r["matmul"]
     shapes = list(m["float32"]["gflops"])

@@ -37,6 +37,13 @@ def check_strategy(strategy: Any, lora_rank: int, reference_offload: bool) -> No
                          "ModelParallelStrategy; set it to false on one device")
 
 
+def is_model_parallel(strategy: Any) -> bool:
+    """Whether ``strategy`` is ModelParallelStrategy (FSDP2), the one multi-device strategy supported."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    return isinstance(strategy, ModelParallelStrategy)
+
+
 def data_parallel_mesh(strategy: Any, device_mesh: Any) -> Any:
     """The data-parallel device mesh under ModelParallelStrategy (``check_strategy`` passed); None on a single device."""
     from lightning.pytorch.strategies import ModelParallelStrategy

@@ -78,6 +78,7 @@ class SCPOModule(L.LightningModule):
         bf16_grid: auto (round fp32 weights onto the bf16 grid once at load when bf16 compute is configured: trainer.precision bf16-*, generation_autocast bfloat16 or a bf16 vLLM copy, so that an update moves the bf16 model by what it accumulated, not by flipping tied weights), snap (always) or keep (never; warns on tied weights). docs/numerics.md.
         old_logprobs: recompute (the trainer recomputes π_old, SPEC §4) or rollout (use the engine's own log-probs of π as π_old, one forward pass fewer; only where rollout/logprob_diff_* is measured small).
         rollout_correction: Correction for rollout-vs-train log-prob mismatch: mode none (the published recipe), tis (truncated importance sampling, weight min(ρ, cap)) or mask (drop tokens with ρ outside [1/cap, cap]); ρ = π_old / π_rollout per token (scpo_lightning.losses.rollout_correction).
+        logprob_prefix_sharing: Encode the prompt prefixes the rows of a micro-batch share once in the trainer's log-prob passes (old, reference, update; scpo_lightning/logprobs.py), as the hf engine's prefix_sharing does for generation: log-probs and gradients move by float noise only; one process, without gradient_checkpointing.
         trust_remote_code: Run Python code shipped inside the policy's model folder (its config's auto_map) when loading it; off unless set, since that code runs with this process's rights.
     """
 
@@ -115,6 +116,7 @@ class SCPOModule(L.LightningModule):
         bf16_grid: str = "auto",
         old_logprobs: str = "recompute",
         rollout_correction: RolloutCorrection | None = None,
+        logprob_prefix_sharing: bool = False,
         trust_remote_code: bool = False,
     ):
         super().__init__()
@@ -241,7 +243,8 @@ class SCPOModule(L.LightningModule):
         ``step_metrics`` (per optimizer step) are the ``outputs`` of callbacks' ``on_train_batch_end``."""
         hp = self.hparams
         settings = PPOSettings(hp.mini_batch_rows, hp.micro_batch_rows, hp.temperature, hp.old_logprobs, hp.grad_clip,
-                               hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp, self.correction)
+                               hp.clip_eps, hp.dual_clip, hp.entropy_coef, hp.kl_coef, hp.kl_clamp, self.correction,
+                               hp.logprob_prefix_sharing)
         learner = Learner(self.policy, self.reference, self.engine, self.optimizers(), self.manual_backward,
                           self.advantages, self.tokenizer.pad_token_id, self.device)
         result = run_epoch(learner, settings, batch, self.shaping, self.update_steps, self.skipped_steps)

@@ -19,7 +19,7 @@ from scpo_lightning.engines.factory import ENGINES, EngineKind, check_engine_opt
 from scpo_lightning.estimators import ESTIMATORS, estimator_class
 from scpo_lightning.gigpo import MODES
 from scpo_lightning.losses import RolloutCorrection
-from scpo_lightning.model_setup import check_strategy
+from scpo_lightning.model_setup import check_strategy, is_model_parallel
 from scpo_lightning.policy import check_model_source
 from scpo_lightning.precision import BF16_GRID
 
@@ -55,12 +55,16 @@ def check_module(cls: type, values: Mapping[str, Any]) -> None:
         "engine": one_of(*ENGINES), "engine_options": MAPPING, "gradient_checkpointing": FLAG,
         "reference_offload": FLAG, "lora_rank": count(0), "cache_dir": optional(TEXT),
         "bf16_grid": one_of(*BF16_GRID), "old_logprobs": one_of(*OLD_LOGPROBS),
-        "rollout_correction": instance(RolloutCorrection), "trust_remote_code": FLAG,
+        "rollout_correction": instance(RolloutCorrection), "logprob_prefix_sharing": FLAG, "trust_remote_code": FLAG,
     })
     if values["micro_batch_rows"] > values["mini_batch_rows"]:
         raise ValueError(f"model.micro_batch_rows={values['micro_batch_rows']} is more than model.mini_batch_rows="
                          f"{values['mini_batch_rows']}: a micro-batch is a slice of a mini-batch; set micro_batch_rows "
                          "<= mini_batch_rows")
+    if values["logprob_prefix_sharing"] and values["gradient_checkpointing"]:
+        # HF layers drop past_key_values under gradient checkpointing in training (modeling_layers.py).
+        raise ValueError("model.logprob_prefix_sharing hands each row's shared prefix to the model as a KV cache, "
+                         "which model.gradient_checkpointing drops in training: set one of them to false")
     correction = values["rollout_correction"]
     if values["old_logprobs"] == "rollout" and correction is not None and correction.mode != "none":
         raise ValueError("model.rollout_correction corrects π_old against the rollout log-probs; with model.old_logprobs: "
@@ -85,6 +89,11 @@ def check_trainer(hp: Mapping[str, Any], correction: RolloutCorrection, engine: 
     """The rules that need the trainer's strategy and the data's action mode, before anything loads:
     ``SCPOModule.check_trainer`` (its ``setup``, and ``--dry_run``, which so refuses what a run does)."""
     check_strategy(strategy, hp["lora_rank"], hp["reference_offload"])
+    if hp["logprob_prefix_sharing"] and is_model_parallel(strategy):
+        # Under FSDP every forward is a collective, and a micro-batch's prefix tree sets how many
+        # forwards it takes: ranks holding other rows would run other counts and hang.
+        raise ValueError("model.logprob_prefix_sharing runs a number of forwards that depends on the rows, which "
+                         "FSDP's paired collectives cannot follow: set it to false under ModelParallelStrategy")
     # These settings read the engine's own log-probs of π: refused where it reports none.
     if fitting and (hp["old_logprobs"] == "rollout" or correction.mode != "none"):
         engine.check_policy_logprobs(hp["top_p"], action_mode == "constrained")

@@ -49,6 +49,7 @@ class PPOSettings:
     kl_coef: float
     kl_clamp: float
     correction: RolloutCorrection
+    prefix_sharing: bool = False  # model.logprob_prefix_sharing: every log-prob pass encodes shared prefixes once
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def idle_pass(learner: Learner, model: torch.nn.Module, backward: bool) -> None:
 
 
 @torch.no_grad()
-def planned_logprobs(learner: Learner, temperature: float, model: torch.nn.Module, batch: RolloutBatch,
+def planned_logprobs(learner: Learner, settings: PPOSettings, model: torch.nn.Module, batch: RolloutBatch,
                      plan: Plan) -> list[torch.Tensor | None]:
     """Per-row response log-probs (1-D tensors), no grad, micro-batch by micro-batch in the
     update's own grouping: the same rows in the same padded shapes give the same numbers
@@ -113,7 +114,8 @@ def planned_logprobs(learner: Learner, temperature: float, model: torch.nn.Modul
                 continue
             logp, _, mask = response_logprobs(model, [batch.prompt_ids[i] for i in micro],
                                               [batch.response_ids[i] for i in micro], learner.pad_token_id,
-                                              temperature, with_entropy=False, device=learner.device)
+                                              settings.temperature, with_entropy=False, device=learner.device,
+                                              prefix_sharing=settings.prefix_sharing)
             for i, lp, m in zip(micro, logp, mask):
                 out[i] = lp[m.bool()]
     return out
@@ -156,10 +158,10 @@ def run_epoch(learner: Learner, settings: PPOSettings, batch: RolloutBatch, shap
     rollout = rollout_logprobs(s, batch, learner.device)
     learner.policy.eval()  # no dropout while recomputing old log-probs (SPEC §4)
     recomputed = s.old_logprobs == "recompute"
-    old = planned_logprobs(learner, s.temperature, learner.policy, batch, plan) if recomputed else rollout
+    old = planned_logprobs(learner, s, learner.policy, batch, plan) if recomputed else rollout
     # Without a reference model (kl_coef 0) the KL term has weight 0; its logged value is then
     # the drift from the rollout policy.
-    ref = planned_logprobs(learner, s.temperature, learner.reference, batch, plan) \
+    ref = planned_logprobs(learner, s, learner.reference, batch, plan) \
         if learner.reference is not None else old
     learner.policy.train()
     t1 = time.perf_counter()
@@ -184,7 +186,7 @@ def run_epoch(learner: Learner, settings: PPOSettings, batch: RolloutBatch, shap
                 continue
             logp, entropy, mask = response_logprobs(
                 learner.policy, [batch.prompt_ids[i] for i in micro], [batch.response_ids[i] for i in micro],
-                learner.pad_token_id, s.temperature, with_entropy=True)
+                learner.pad_token_id, s.temperature, with_entropy=True, prefix_sharing=s.prefix_sharing)
             width = logp.shape[1]
             old_t = pad([old[i] for i in micro], width)
             if k == 0 and not recomputed:  # the policy has not moved yet: this is π_old, recomputed

@@ -125,10 +125,13 @@ STRATEGY_RULES = [
      "model.lora_rank > 0 is not supported with ModelParallelStrategy"),
     (["--trainer.strategy", "ddp"], "trainer.strategy"),
     (["--model.reference_offload", "true"], "model.reference_offload offloads the sharded reference"),
+    (["--trainer.strategy.class_path", "lightning.pytorch.strategies.ModelParallelStrategy", "--model.lora_rank", "0",
+      "--model.logprob_prefix_sharing", "true"], "model.logprob_prefix_sharing runs a number of forwards"),
 ]
 
 
-@pytest.mark.parametrize("args, message", STRATEGY_RULES, ids=["fsdp2-lora", "ddp", "offload-one-device"])
+@pytest.mark.parametrize("args, message", STRATEGY_RULES,
+                         ids=["fsdp2-lora", "ddp", "offload-one-device", "fsdp2-prefix-sharing"])
 def test_strategy_rules_fail_the_dry_run_as_they_fail_a_run(tmp_path, monkeypatch, args, message):
     """The rules that need the trainer's strategy (module_rules.check_trainer) run in the module's
     setup, before the model loads, and in the dry run: neither path lets such a config through."""

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import scpo_lightning.logprobs as logprobs
 import scpo_lightning.ppo_epoch as ppo_epoch
 from scpo_lightning.datamodule import RolloutDataModule
 from scpo_lightning.losses import RolloutCorrection, k3_kl
@@ -22,8 +23,10 @@ from scpo_lightning.rollout import RolloutConfig
 from scpo_lightning.testing import build_tiny_llama
 
 
-@pytest.mark.parametrize("precision, generation", [("32-true", None), ("32-true", "bfloat16"), ("bf16-mixed", "bfloat16")])
-def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path, monkeypatch, precision, generation):
+@pytest.mark.parametrize("precision, generation, sharing", [("32-true", None, False), ("32-true", "bfloat16", False),
+                                                             ("bf16-mixed", "bfloat16", False), ("32-true", None, True)])
+def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path, monkeypatch, precision, generation,
+                                                                          sharing):
     calls = []
     real_loss = ppo_epoch.policy_loss
 
@@ -32,12 +35,16 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
         return real_loss(logp, old_logp, ref_logp, advantages, mask, *args, **kwargs)
 
     monkeypatch.setattr(ppo_epoch, "policy_loss", spy)
+    shared_passes = []
+    real_shared = logprobs.shared_prefix_logits
+    monkeypatch.setattr(logprobs, "shared_prefix_logits", lambda *a, **k: shared_passes.append(1) or real_shared(*a, **k))
     monkeypatch.setattr(SCPOModule, "advantages", lambda self, batch: np.zeros(len(batch)))
     torch.manual_seed(0)
     # 3 mini-batches of near-equal size cut into micro-batches of 3: a grouping that contiguous
     # 3-row chunks over the whole batch would not reproduce.
     module = SCPOModule(max_new_tokens=12, policy=str(build_tiny_llama(tmp_path / "tiny", bf16_ties=0.1, init_std=0.4)), lr=1e-6, kl_coef=0.01,
-                        mini_batch_rows=5, micro_batch_rows=3, generation_batch_size=8, generation_autocast=generation)
+                        mini_batch_rows=5, micro_batch_rows=3, generation_batch_size=8, generation_autocast=generation,
+                        logprob_prefix_sharing=sharing)  # sharing: the old, reference and update passes alike
     data = RolloutDataModule(
         env="corridor", env_options={"rooms": 3, "max_steps": 3}, groups_per_batch=2, group_size=2, workers=0,
         val_episodes=0, progress=False,
@@ -48,6 +55,7 @@ def test_first_ratio_is_exactly_one_and_one_step_at_lr_1e6_moves_little(tmp_path
 
     steps = module.step_metrics
     assert len(steps) >= 2 and all(s["applied"] for s in steps)
+    assert bool(shared_passes) == sharing
     plan = ppo_epoch.distributed.update_plan(int(module.last_metrics["train/rows"]), 5, 3)
     first = len(plan[0][0])
     assert first >= 2  # at least one micro-batch that contiguous chunks would group differently
