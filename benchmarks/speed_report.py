@@ -48,6 +48,16 @@ def scoring_prefix(r: dict[str, Any]) -> str:
     return out + "\n\n" + _footer(r)
 
 
+def gqa_attention(r: dict[str, Any]) -> str:
+    rows = [["validation-like generate", f"{r['prompts']} prompts, {r['new_tokens']} new tokens",
+             r["generate_sdpa_s"], r["generate_cpu_gqa_sdpa_s"], f"{r['generate_speedup']}x", r["same_tokens"]],
+            ["no-grad log-prob pass", f"{r['logprob_rows']} rows", r["logprobs_sdpa_s"],
+             r["logprobs_cpu_gqa_sdpa_s"], f"{r['logprobs_speedup']}x",
+             r["same_policy_logprobs"] and r["same_scoring_logprobs"]]]
+    return _table(["call", "size", "HF sdpa s", "cpu_gqa_sdpa s", "speed-up", "bit-identical"], rows) \
+        + "\n\n" + _footer(r)
+
+
 def roofline(r: dict[str, Any]) -> str:
     m = r["matmul"]
     shapes = list(m["float32"]["gflops"])
