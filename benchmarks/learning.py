@@ -36,8 +36,6 @@ from benchmarks.learning_run import GRID, METHODS, Recorder, panels, run_config,
 CONFIG = Path("configs/learning.yaml")
 RUNS = RESULTS / "learning_runs"
 DEV_RUNS = RESULTS / "learning_dev_runs"
-#: Whatever a run's result is compared on: everything but wall times and where it ran.
-UNCOMPARED = ("timing", "provenance")
 
 
 def versions() -> dict[str, str]:

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from benchmarks.common import read_yaml
-from benchmarks.learning import CONFIG, UNCOMPARED, main
+from benchmarks.learning import CONFIG, main
 from benchmarks.learning_report import methods_table, pairwise_table, runs_table
+from benchmarks.learning_reproduction import UNCOMPARED
 from benchmarks.learning_run import SIMILARITY, TEST_PANELS, panels, run_config
 from tests.conftest import require
 
