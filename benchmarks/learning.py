@@ -191,7 +191,7 @@ def grid_order() -> list[tuple[str, int]]:
 
 
 def report(runs_dir: Path, out: Path) -> dict[str, Any]:
-    result = aggregate(runs_dir)
+    result = aggregate(runs_dir, GRID)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     plot(result, out.with_suffix(".png"))

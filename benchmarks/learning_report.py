@@ -43,8 +43,9 @@ def credited(it: dict[str, Any]) -> float | None:
     return (it.get("scpo") or {}).get("credited_steps_per_failed")
 
 
-def aggregate(runs_dir: Path) -> dict[str, Any]:
-    """The report of every run in ``runs_dir`` (module docstring)."""
+def aggregate(runs_dir: Path, planned: dict[str, int]) -> dict[str, Any]:
+    """The report of every run in ``runs_dir`` (module docstring); ``planned``: the seeds the grid
+    plans per method (a comparison on fewer is an interim look)."""
     runs = load_runs(runs_dir)
     methods: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
@@ -80,7 +81,7 @@ def aggregate(runs_dir: Path) -> dict[str, Any]:
             "iterations": [{"iteration": it["iteration"], "tasks": it["tasks"], "success": it["success"],
                             "groups_with_success": it["groups_with_success"], "credited_steps_per_failed": credited(it)}
                            for it in r["iterations"]], "fit_s": r["timing"]["fit_s"]} for r in runs},
-        "methods": per_method, "vs_iteration_0": vs_zero, "pairwise": pairwise,
+        "planned_seeds": dict(planned), "methods": per_method, "vs_iteration_0": vs_zero, "pairwise": pairwise,
         "statistics": "benchmarks/learning_stats.py (statsmodels, scipy)",
     }
 
@@ -129,6 +130,37 @@ def pairwise_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _effect(t: dict[str, Any]) -> str:
+    p = fmt_p(t["p_cmh"])
+    return (f"{t['difference']:+.3f} [{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] in test "
+            f"success, CMH p {p if p.startswith('<') else '= ' + p}")
+
+
+def _seeds(n: int, planned: int) -> str:
+    if not planned:
+        return f"{n} seeds; not a method of the grid"
+    return f"{n} seeds, as planned" if n >= planned else f"{n} of {planned} planned seeds: an interim look"
+
+
+def verdict(result: dict[str, Any], alpha: float = 0.05) -> str:
+    """README's answer in words: each method's final test success against its iteration 0, then each
+    pair of methods at the final checkpoint, at ``alpha`` (unadjusted), and the seeds each rests on."""
+    planned, last = result["planned_seeds"], result["iterations"]
+    lines = []
+    for m, t in result["vs_iteration_0"].items():
+        word = ("no detectable change" if t["p_cmh"] >= alpha
+                else "improved" if t["difference"] > 0 else "got worse")
+        lines.append(f"- **{m}** at iteration {last} against its iteration 0: {word}, {_effect(t)} "
+                     f"({_seeds(t['seeds'], planned.get(m, 0))}).")
+    for t in result["pairwise"].values():
+        a, b = t["a"], t["b"]
+        word = (f"no detectable difference between {b} and {a}" if t["p_cmh"] >= alpha
+                else f"{b} ahead of {a}" if t["difference"] > 0 else f"{a} ahead of {b}")
+        lines.append(f"- **{b} against {a}** at iteration {last}: {word}, {b} - {a} = {_effect(t)} "
+                     f"({_seeds(t['seeds'], min(planned.get(a, 0), planned.get(b, 0)))}).")
+    return "\n".join(lines)
+
+
 def iterations_table(result: dict[str, Any]) -> str:
     """Per method and iteration (mean over seeds): groups with >= 1 success; SCPO's credited steps."""
     lines = ["| method | groups with a success, per iteration | SCPO credited steps / failed sibling |",
@@ -161,7 +193,7 @@ def dev_history_table(old: dict[str, Any]) -> str:
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    for table in (runs_table, methods_table, pairwise_table, iterations_table):
+    for table in (runs_table, methods_table, pairwise_table, iterations_table, verdict):
         print(table(result), end="\n\n")
 
 
