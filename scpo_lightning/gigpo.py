@@ -93,8 +93,10 @@ def similar_step_groups(group_ids: Sequence[Any], anchors: Sequence[str], simila
     """Step-group codes that merge *similar* anchors of one episode group (verl-agent's similarity GiGPO).
 
     Inside each episode group, rows are taken in row order; a row joins the first step group whose
-    first row's anchor a has ``SequenceMatcher(None, a, anchor).ratio() >= similarity_thresh``
+    first row's anchor ``first`` has ``SequenceMatcher(None, anchor, first).ratio() >= similarity_thresh``
     (difflib's ratio 2M/T: M matched characters, T both lengths), else it opens a new step group.
+    The new row's anchor comes first, as in verl-agent's ``are_similar(obs, rep)``: the ratio is
+    not symmetric (difflib matches greedily from the first string).
     Merging compares with a group's first anchor only, so it is not transitive. Codes are 0..k-1
     in order of first appearance.
     """

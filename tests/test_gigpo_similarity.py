@@ -43,6 +43,16 @@ def test_hand_computed_first_fit_groups_and_their_advantage():
     assert step_advantage(returns, group_ids, anchors, mode="mean_norm").tolist() == [0.0] * 5
 
 
+def test_the_new_rows_anchor_is_difflibs_first_string_as_in_verl_agent():
+    # difflib's ratio is not symmetric: it takes the longest match (earliest in the first string),
+    # then recurses on both sides of it.
+    #   new "b " vs first " ba  ": "b" (a[0] = b[1]), then " " right of it (a[1] = b[3]): M = 2,
+    #     2*2/7 = 0.571 >= 0.5 -> the row joins the group (verl-agent: are_similar(obs, rep));
+    #   " ba  " vs "b ": " " (a[0] = b[1]), nothing left of it in "b ": M = 1, 2/7 = 0.286 < 0.5.
+    assert similar_step_groups([0, 0], [" ba  ", "b "], 0.5).tolist() == [0, 0]
+    assert similar_step_groups([0, 0], ["b ", " ba  "], 0.5).tolist() == [0, 1]
+
+
 def test_the_estimator_option_and_its_bounds():
     est = build_estimator({"class_path": "scpo_lightning.estimators.GiGPO", "init_args": {"similarity_thresh": 0.95}})
     assert isinstance(est, GiGPO) and est.similarity_thresh == 0.95
