@@ -12,10 +12,14 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.learning_stats import fmt_p, mean_se, paired
+from benchmarks.learning_stats import fmt_p, holm, mean_se, paired
 
 #: Methods in the order the tables list them (others follow in name order).
 ORDER = ("grpo", "gigpo", "gigpo_similarity", "scpo", "scpo_lexical")
+#: The comparison the grid was built for, named before any test-panel read (issue 29: "does SCPO's
+#: step credit beat GiGPO?"): tested at alpha on its own. Every other pair is secondary, and the
+#: secondary pairs are one family, Holm-adjusted together.
+PRIMARY = ("gigpo", "scpo")
 
 
 def load_runs(runs_dir: Path) -> list[dict[str, Any]]:
@@ -69,6 +73,14 @@ def aggregate(runs_dir: Path, planned: dict[str, int]) -> dict[str, Any]:
             pairwise[f"{b} vs {a}"] = {"a": a, "b": b, "seeds_paired": seeds, **paired(
                 [outcomes(pick[a][s]["validations"][-1]) for s in seeds],
                 [outcomes(pick[b][s]["validations"][-1]) for s in seeds])}
+    # The secondary pairs: Holm over all of them, so that "a difference" anywhere among them is
+    # wrong with probability <= alpha (the family grows as methods land).
+    secondary = [t for t in pairwise.values() if (t["a"], t["b"]) != PRIMARY]
+    for t, p in zip(secondary, holm([t["p_cmh"] for t in secondary])):
+        t.update(family=f"secondary, Holm over {_pairs(len(secondary))}", p_adjusted=p)
+    for t in pairwise.values():
+        if (t["a"], t["b"]) == PRIMARY:
+            t.update(family="primary, unadjusted", p_adjusted=t["p_cmh"])
     first = runs[0]
     return {
         "what": "validation success of the methods seed by seed on the same frozen test panel; paired tests",
@@ -120,20 +132,28 @@ def methods_table(result: dict[str, Any]) -> str:
 def pairwise_table(result: dict[str, Any]) -> str:
     """Every pair of methods at the final checkpoint, paired on the same seeds and test games."""
     lines = ["| b vs a | seeds | success a | success b | b - a [95 % CI] | only b / only a | odds ratio [95 % CI] "
-             "| p (CMH) |", "|---" * 8 + "|"]
+             "| p (CMH) | family | p (adjusted) |", "|---" * 10 + "|"]
     for name, t in result["pairwise"].items():
         ratio = (f"{t['odds_ratio']:.2f} [{t['odds_ratio_ci95'][0]:.2f}, {t['odds_ratio_ci95'][1]:.2f}]"
                  if t["odds_ratio"] is not None else "–")
         lines.append(f"| {name} | {t['seeds']} | {t['success_a']:.3f} | {t['success_b']:.3f} | {t['difference']:+.3f} "
                      f"[{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] | {t['only_b']} / "
-                     f"{t['only_a']} | {ratio} | {fmt_p(t['p_cmh'])} |")
+                     f"{t['only_a']} | {ratio} | {fmt_p(t['p_cmh'])} | {t['family']} | {fmt_p(t['p_adjusted'])} |")
     return "\n".join(lines)
 
 
+def _pairs(n: int) -> str:
+    return f"{n} pair" + ("" if n == 1 else "s")
+
+
+def _p(p: float) -> str:
+    text = fmt_p(p)
+    return text if text.startswith("<") else "= " + text
+
+
 def _effect(t: dict[str, Any]) -> str:
-    p = fmt_p(t["p_cmh"])
     return (f"{t['difference']:+.3f} [{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] in test "
-            f"success, CMH p {p if p.startswith('<') else '= ' + p}")
+            f"success, CMH p {_p(t['p_cmh'])}")
 
 
 def _seeds(n: int, planned: int) -> str:
@@ -143,8 +163,9 @@ def _seeds(n: int, planned: int) -> str:
 
 
 def verdict(result: dict[str, Any], alpha: float = 0.05) -> str:
-    """README's answer in words: each method's final test success against its iteration 0, then each
-    pair of methods at the final checkpoint, at ``alpha`` (unadjusted), and the seeds each rests on."""
+    """README's answer in words: each method's final test success against its iteration 0 (at
+    ``alpha``), then each pair of methods at the final checkpoint (at ``alpha``: the primary pair on
+    its own, the secondary ones after Holm's adjustment over them), and the seeds each rests on."""
     planned, last = result["planned_seeds"], result["iterations"]
     lines = []
     for m, t in result["vs_iteration_0"].items():
@@ -154,10 +175,12 @@ def verdict(result: dict[str, Any], alpha: float = 0.05) -> str:
                      f"({_seeds(t['seeds'], planned.get(m, 0))}).")
     for t in result["pairwise"].values():
         a, b = t["a"], t["b"]
-        word = (f"no detectable difference between {b} and {a}" if t["p_cmh"] >= alpha
+        word = (f"no detectable difference between {b} and {a}" if t["p_adjusted"] >= alpha
                 else f"{b} ahead of {a}" if t["difference"] > 0 else f"{a} ahead of {b}")
-        lines.append(f"- **{b} against {a}** at iteration {last}: {word}, {b} - {a} = {_effect(t)} "
-                     f"({_seeds(t['seeds'], min(planned.get(a, 0), planned.get(b, 0)))}).")
+        adjusted = "" if t["family"].startswith("primary") else f", Holm-adjusted p {_p(t['p_adjusted'])}"
+        family = "the primary comparison, unadjusted" if not adjusted else t["family"]
+        lines.append(f"- **{b} against {a}** at iteration {last}: {word}, {b} - {a} = {_effect(t)}{adjusted} "
+                     f"({family}; {_seeds(t['seeds'], min(planned.get(a, 0), planned.get(b, 0)))}).")
     return "\n".join(lines)
 
 

@@ -9,7 +9,10 @@ hand-written test statistic or interval.
   episode per row; concordant games carry no information and drop out, so on one seed it is
   McNemar's chi-square test without continuity correction. The effect is the difference in
   success over all (seed, game) pairs with its t interval (statsmodels ``DescrStatsW``), and the
-  Mantel-Haenszel pooled odds ratio with its interval.
+  Mantel-Haenszel pooled odds ratio with its interval;
+- ``holm``: p-values of a family of comparisons (every pair of methods) adjusted by Holm's
+  step-down method (statsmodels ``multipletests``), which bounds the chance of any false
+  "difference" in the family at alpha.
 
 Outcomes are ``{task_id: won}`` mappings; a pair is compared on the tasks both played.
 """
@@ -97,6 +100,15 @@ def paired(a_runs: Sequence[Mapping[str, bool]], b_runs: Sequence[Mapping[str, b
             # b's odds of winning over a's on the same game (MH estimate); > 1: b wins more.
             "odds_ratio": None if ratio is None else 1.0 / ratio,
             "odds_ratio_ci95": None if ci is None else [1.0 / ci[1], 1.0 / ci[0]]}
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values, in the order given (statsmodels ``multipletests``, method ``holm``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    if not p_values:
+        return []
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
 
 
 def fmt_p(p: float) -> str:

@@ -11,6 +11,7 @@ from benchmarks.common import read_yaml
 from benchmarks.learning import CONFIG, main
 from benchmarks.learning_report import methods_table, pairwise_table, runs_table, verdict
 from benchmarks.learning_reproduction import UNCOMPARED
+from benchmarks.learning_stats import holm
 from benchmarks.learning_run import SIMILARITY, TEST_PANELS, panels, run_config
 from tests.conftest import require
 
@@ -101,6 +102,11 @@ def test_every_grid_method_from_the_same_start_and_the_report(tmp_path):
     for table, rows in ((runs_table, 5), (methods_table, 5), (pairwise_table, 10)):
         assert len(table(result).splitlines()) == rows + 2
     assert len(verdict(result).splitlines()) == 5 + 10  # each method against its start, each pair
+    # SCPO vs GiGPO is the primary comparison, unadjusted; the other 9 pairs are Holm-adjusted together.
+    primary = result["pairwise"].pop("scpo vs gigpo")
+    assert primary["family"] == "primary, unadjusted" and primary["p_adjusted"] == primary["p_cmh"]
+    assert {t["family"] for t in result["pairwise"].values()} == {"secondary, Holm over 9 pairs"}
+    assert [t["p_adjusted"] for t in result["pairwise"].values()] == holm([t["p_cmh"] for t in result["pairwise"].values()])
     # A run of another recipe in the folder is refused, never mixed in.
     stale = tmp_path / "runs" / "grpo_seed0.json"
     stale.write_text(json.dumps({**json.loads(stale.read_text()), "recipe_sha256": "older"}))
@@ -109,21 +115,27 @@ def test_every_grid_method_from_the_same_start_and_the_report(tmp_path):
 
 
 def test_the_verdict_names_the_direction_at_alpha_and_says_when_it_is_an_interim_look():
-    def test(diff: float, p: float, seeds: int, a: str = "gigpo", b: str = "scpo") -> dict:
+    def test(diff: float, p: float, seeds: int, a: str = "gigpo", b: str = "scpo", holm: float = 0.0) -> dict:
+        family = "secondary, Holm over 2 pairs" if holm else "primary, unadjusted"
         return {"a": a, "b": b, "seeds": seeds, "difference": diff, "difference_ci95": [diff - 0.1, diff + 0.1],
-                "p_cmh": p}
+                "p_cmh": p, "family": family, "p_adjusted": holm or p}
     result = {"planned_seeds": {"gigpo": 5, "scpo": 5, "grpo": 3}, "iterations": 12,
               "vs_iteration_0": {"gigpo": test(0.2, 1e-5, 5), "grpo": test(-0.1, 0.01, 3), "scpo_buffer": test(0.0, 0.5, 1)},
-              "pairwise": {"scpo vs gigpo": test(0.03, 0.16, 4), "gigpo vs grpo": test(-0.08, 0.04, 3, "grpo", "gigpo")}}
+              "pairwise": {"scpo vs gigpo": test(0.03, 0.16, 4), "gigpo vs grpo": test(-0.08, 0.01, 3, "grpo", "gigpo", 0.02),
+                           "scpo vs grpo": test(0.05, 0.03, 3, "grpo", "scpo", 0.06)}}
     lines = verdict(result).splitlines()
     assert lines[0] == ("- **gigpo** at iteration 12 against its iteration 0: improved, +0.200 [+0.100, +0.300] "
                         "in test success, CMH p < 1e-4 (5 seeds, as planned).")
     assert "got worse, -0.100" in lines[1] and "CMH p = 0.01 (3 seeds, as planned)" in lines[1]
     assert "no detectable change" in lines[2] and "(1 seeds; not a method of the grid)" in lines[2]
     assert lines[3].startswith("- **scpo against gigpo** at iteration 12: no detectable difference between scpo and "
-                               "gigpo, scpo - gigpo = +0.030") and lines[3].endswith("(4 of 5 planned seeds: an interim look).")
-    # p < alpha with b behind a: a is ahead; the pair is planned at the smaller of its two seed counts.
-    assert "grpo ahead of gigpo, gigpo - grpo = -0.080" in lines[4] and lines[4].endswith("(3 seeds, as planned).")
+                               "gigpo, scpo - gigpo = +0.030") and lines[3].endswith(
+        "CMH p = 0.16 (the primary comparison, unadjusted; 4 of 5 planned seeds: an interim look).")
+    # Holm's p < alpha with b behind a: a is ahead; the pair is planned at the smaller of its two seed counts.
+    assert "grpo ahead of gigpo, gigpo - grpo = -0.080" in lines[4] and lines[4].endswith(
+        "CMH p = 0.01, Holm-adjusted p = 0.02 (secondary, Holm over 2 pairs; 3 seeds, as planned).")
+    # Secondary pairs are decided on Holm's p: 0.03 unadjusted, 0.06 adjusted -> no detectable difference.
+    assert "no detectable difference between scpo and grpo" in lines[5] and "Holm-adjusted p = 0.06" in lines[5]
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("statsmodels", reason="the dev extra: pip install -e '.[dev]'")
 
-from benchmarks.learning_stats import fmt_p, mcnemar_exact, mean_se, paired, wilson  # noqa: E402
+from benchmarks.learning_stats import fmt_p, holm, mcnemar_exact, mean_se, paired, wilson  # noqa: E402
 
 
 def test_wilson_interval_matches_hand_computation():
@@ -64,6 +64,14 @@ def test_pooled_cmh_is_mcnemars_chi_square_on_the_pooled_discordant_games():
     assert same["p_cmh"] == 1.0 and same["difference"] == 0.0 and same["odds_ratio"] is None
     with pytest.raises(ValueError, match="seeds"):
         paired([a1], [b1, b2])
+
+
+def test_holm_adjusts_a_family_of_p_values_in_the_order_given():
+    # Sorted 0.01 < 0.03 < 0.04, times 3, 2, 1: 0.03, 0.06, 0.04; made non-decreasing in that
+    # order: 0.03, 0.06, 0.06; back in the given order [0.01, 0.04, 0.03] -> [0.03, 0.06, 0.06].
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # 0.5 * 2 = 1.0, then max(1.0, 0.9 * 1) = 1.0
+    assert holm([0.07]) == [0.07] and holm([]) == []
 
 
 def test_p_values_print_with_two_significant_digits():
