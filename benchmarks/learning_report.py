@@ -75,12 +75,17 @@ def aggregate(runs_dir: Path, planned: dict[str, int]) -> dict[str, Any]:
                 [outcomes(pick[b][s]["validations"][-1]) for s in seeds])}
     # The secondary pairs: Holm over all of them, so that "a difference" anywhere among them is
     # wrong with probability <= alpha (the family grows as methods land).
+    # The same for the test across seeds, over the secondary pairs that have one.
     secondary = [t for t in pairwise.values() if (t["a"], t["b"]) != PRIMARY]
     for t, p in zip(secondary, holm([t["p_cmh"] for t in secondary])):
-        t.update(family=f"secondary, Holm over {_pairs(len(secondary))}", p_adjusted=p)
+        t.update(family=f"secondary, Holm over {_pairs(len(secondary))}", p_adjusted=p, p_seeds_adjusted=None)
+    tested = [t for t in secondary if t["across_seeds"] and t["across_seeds"]["p"] is not None]
+    for t, p in zip(tested, holm([t["across_seeds"]["p"] for t in tested])):
+        t["p_seeds_adjusted"] = p
     for t in pairwise.values():
         if (t["a"], t["b"]) == PRIMARY:
-            t.update(family="primary, unadjusted", p_adjusted=t["p_cmh"])
+            t.update(family="primary, unadjusted", p_adjusted=t["p_cmh"],
+                     p_seeds_adjusted=t["across_seeds"]["p"] if t["across_seeds"] else None)
     first = runs[0]
     return {
         "what": "validation success of the methods seed by seed on the same frozen test panel; paired tests",
@@ -119,27 +124,39 @@ def methods_table(result: dict[str, Any]) -> str:
     some = next(iter(result["methods"].values()))
     head = [f"iteration {c['iteration']} ({c['panel']})" for c in some["checkpoints"]]
     lines = ["| method | seeds | " + " | ".join(head) + " | change [95 % CI] | only final / only it. 0 "
-             "| p (CMH, pooled) | p (exact McNemar, per seed) |", "|---" * (len(head) + 6) + "|"]
+             "| p (CMH, pooled) | p (exact McNemar, per seed) | p (t across seeds) |", "|---" * (len(head) + 7) + "|"]
     for m, x in result["methods"].items():
         t = result["vs_iteration_0"][m]
         lines.append(f"| {m} | {len(x['seeds'])} | " + " | ".join(_mse(c) for c in x["checkpoints"])
                      + f" | {t['difference']:+.3f} [{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}]"
                      f" | {t['only_b']} / {t['only_a']} | {fmt_p(t['p_cmh'])} | "
-                     + ", ".join(fmt_p(s["p_exact"]) for s in t["per_seed"]) + " |")
+                     + ", ".join(fmt_p(s["p_exact"]) for s in t["per_seed"]) + f" | {_seeds_p(t['across_seeds'])} |")
     return "\n".join(lines)
 
 
 def pairwise_table(result: dict[str, Any]) -> str:
     """Every pair of methods at the final checkpoint, paired on the same seeds and test games."""
     lines = ["| b vs a | seeds | success a | success b | b - a [95 % CI] | only b / only a | odds ratio [95 % CI] "
-             "| p (CMH) | family | p (adjusted) |", "|---" * 10 + "|"]
+             "| p (CMH) | p (t across seeds) | family | p adjusted (CMH / seeds) |", "|---" * 11 + "|"]
     for name, t in result["pairwise"].items():
         ratio = (f"{t['odds_ratio']:.2f} [{t['odds_ratio_ci95'][0]:.2f}, {t['odds_ratio_ci95'][1]:.2f}]"
                  if t["odds_ratio"] is not None else "–")
         lines.append(f"| {name} | {t['seeds']} | {t['success_a']:.3f} | {t['success_b']:.3f} | {t['difference']:+.3f} "
                      f"[{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] | {t['only_b']} / "
-                     f"{t['only_a']} | {ratio} | {fmt_p(t['p_cmh'])} | {t['family']} | {fmt_p(t['p_adjusted'])} |")
+                     f"{t['only_a']} | {ratio} | {fmt_p(t['p_cmh'])} | {_seeds_p(t['across_seeds'])} | {t['family']} | "
+                     f"{fmt_p(t['p_adjusted'])} / {_opt_p(t['p_seeds_adjusted'])} |")
     return "\n".join(lines)
+
+
+def _opt_p(p: float | None) -> str:
+    return "–" if p is None else fmt_p(p)
+
+
+def _seeds_p(seeds: dict[str, Any] | None) -> str:
+    """The across-seeds test as a cell: its mean difference's interval and p."""
+    if seeds is None:
+        return "– (1 seed)"
+    return f"{_opt_p(seeds['p'])} ({seeds['df']} df)"
 
 
 def _pairs(n: int) -> str:
@@ -152,8 +169,23 @@ def _p(p: float) -> str:
 
 
 def _effect(t: dict[str, Any]) -> str:
+    seeds = t["across_seeds"]
+    across = "" if seeds is None or seeds["p"] is None else f"; across seeds p {_p(seeds['p'])} ({seeds['df']} df)"
     return (f"{t['difference']:+.3f} [{t['difference_ci95'][0]:+.3f}, {t['difference_ci95'][1]:+.3f}] in test "
-            f"success, CMH p {_p(t['p_cmh'])}")
+            f"success, CMH p {_p(t['p_cmh'])}{across}")
+
+
+def _word(game_p: float, seeds_p: float | None, one_seed: bool, diff: float, alpha: float,
+          up: str, down: str, none: str) -> str:
+    """A change is stated only when the game-level test and the test across seeds both find it."""
+    if game_p >= alpha:
+        return none
+    direction = up if diff > 0 else down
+    if one_seed:
+        return f"{direction} on its one seed's games (no test across seeds)"
+    if seeds_p is None or seeds_p >= alpha:
+        return f"{direction} on these runs' test games, not established across seeds"
+    return direction
 
 
 def _seeds(n: int, planned: int) -> str:
@@ -163,22 +195,26 @@ def _seeds(n: int, planned: int) -> str:
 
 
 def verdict(result: dict[str, Any], alpha: float = 0.05) -> str:
-    """README's answer in words: each method's final test success against its iteration 0 (at
-    ``alpha``), then each pair of methods at the final checkpoint (at ``alpha``: the primary pair on
-    its own, the secondary ones after Holm's adjustment over them), and the seeds each rests on."""
+    """README's answer in words: each method's final test success against its iteration 0, then each
+    pair of methods at the final checkpoint (the primary pair on its own, the secondary ones after
+    Holm's adjustment over them), and the seeds each rests on. A change is stated at ``alpha`` only
+    where the CMH test on the games and the t test across seeds both find it (``_word``)."""
     planned, last = result["planned_seeds"], result["iterations"]
     lines = []
     for m, t in result["vs_iteration_0"].items():
-        word = ("no detectable change" if t["p_cmh"] >= alpha
-                else "improved" if t["difference"] > 0 else "got worse")
+        seeds = t["across_seeds"]
+        word = _word(t["p_cmh"], seeds and seeds["p"], seeds is None, t["difference"], alpha,
+                     "improved", "got worse", "no detectable change")
         lines.append(f"- **{m}** at iteration {last} against its iteration 0: {word}, {_effect(t)} "
                      f"({_seeds(t['seeds'], planned.get(m, 0))}).")
     for t in result["pairwise"].values():
         a, b = t["a"], t["b"]
-        word = (f"no detectable difference between {b} and {a}" if t["p_adjusted"] >= alpha
-                else f"{b} ahead of {a}" if t["difference"] > 0 else f"{a} ahead of {b}")
-        adjusted = "" if t["family"].startswith("primary") else f", Holm-adjusted p {_p(t['p_adjusted'])}"
-        family = "the primary comparison, unadjusted" if not adjusted else t["family"]
+        word = _word(t["p_adjusted"], t["p_seeds_adjusted"], t["across_seeds"] is None, t["difference"], alpha,
+                     f"{b} ahead of {a}", f"{a} ahead of {b}", f"no detectable difference between {b} and {a}")
+        primary = t["family"].startswith("primary")
+        adjusted = "" if primary else (f"; Holm-adjusted CMH p {_p(t['p_adjusted'])}" + (
+            "" if t["p_seeds_adjusted"] is None else f", across seeds p {_p(t['p_seeds_adjusted'])}"))
+        family = "the primary comparison, unadjusted" if primary else t["family"]
         lines.append(f"- **{b} against {a}** at iteration {last}: {word}, {b} - {a} = {_effect(t)}{adjusted} "
                      f"({family}; {_seeds(t['seeds'], min(planned.get(a, 0), planned.get(b, 0)))}).")
     return "\n".join(lines)

@@ -9,7 +9,10 @@ hand-written test statistic or interval.
   episode per row; concordant games carry no information and drop out, so on one seed it is
   McNemar's chi-square test without continuity correction. The effect is the difference in
   success over all (seed, game) pairs with its t interval (statsmodels ``DescrStatsW``), and the
-  Mantel-Haenszel pooled odds ratio with its interval;
+  Mantel-Haenszel pooled odds ratio with its interval. The CMH test treats a seed's games as
+  independent, yet they share one trained policy: seeds differ more than games. So the effect is
+  also tested across seeds: each seed's difference in success, a one-sample t test on them
+  (scipy ``ttest_1samp``, seeds - 1 degrees of freedom) with its t interval;
 - ``holm``: p-values of a family of comparisons (every pair of methods) adjusted by Holm's
   step-down method (statsmodels ``multipletests``), which bounds the chance of any false
   "difference" in the family at alpha.
@@ -83,6 +86,7 @@ def paired(a_runs: Sequence[Mapping[str, bool]], b_runs: Sequence[Mapping[str, b
         "success_b": float(np.mean([y for _, y in pairs])), "difference": float(diff.mean()),
         "only_a": sum(s["only_a"] for s in per_seed), "only_b": sum(s["only_b"] for s in per_seed),
         "per_seed": per_seed}
+    out["across_seeds"] = across_seeds([s["won_b"] / s["games"] - s["won_a"] / s["games"] for s in per_seed], alpha)
     discordant = [(x, y) for x, y in pairs if x != y]
     if not discordant:  # the same outcome on every game: no evidence either way, no interval
         return {**out, "difference_ci95": [0.0, 0.0], "p_cmh": 1.0, "odds_ratio": None, "odds_ratio_ci95": None}
@@ -100,6 +104,22 @@ def paired(a_runs: Sequence[Mapping[str, bool]], b_runs: Sequence[Mapping[str, b
             # b's odds of winning over a's on the same game (MH estimate); > 1: b wins more.
             "odds_ratio": None if ratio is None else 1.0 / ratio,
             "odds_ratio_ci95": None if ci is None else [1.0 / ci[1], 1.0 / ci[0]]}
+
+
+def across_seeds(differences: Sequence[float], alpha: float = 0.05) -> dict[str, Any] | None:
+    """The per-seed differences in success, tested against 0 (scipy ``ttest_1samp``): None for one
+    seed; p None when every seed differs by the same nonzero amount (no spread to test with)."""
+    from scipy.stats import ttest_1samp
+
+    d = np.asarray(differences, dtype=np.float64)
+    if len(d) < 2:
+        return None
+    out = {"differences": d.tolist(), "mean": float(d.mean()), "df": len(d) - 1}
+    if np.ptp(d) == 0:
+        return {**out, "ci95": [float(d[0])] * 2, "p": 1.0 if d[0] == 0 else None}
+    test = ttest_1samp(d, 0.0)
+    low, high = test.confidence_interval(1 - alpha)
+    return {**out, "ci95": [float(low), float(high)], "p": float(test.pvalue)}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -107,6 +107,8 @@ def test_every_grid_method_from_the_same_start_and_the_report(tmp_path):
     assert primary["family"] == "primary, unadjusted" and primary["p_adjusted"] == primary["p_cmh"]
     assert {t["family"] for t in result["pairwise"].values()} == {"secondary, Holm over 9 pairs"}
     assert [t["p_adjusted"] for t in result["pairwise"].values()] == holm([t["p_cmh"] for t in result["pairwise"].values()])
+    # One seed: no test across seeds, and so nothing of it to adjust.
+    assert all(t["across_seeds"] is None and t["p_seeds_adjusted"] is None for t in result["pairwise"].values())
     # A run of another recipe in the folder is refused, never mixed in.
     stale = tmp_path / "runs" / "grpo_seed0.json"
     stale.write_text(json.dumps({**json.loads(stale.read_text()), "recipe_sha256": "older"}))
@@ -115,27 +117,41 @@ def test_every_grid_method_from_the_same_start_and_the_report(tmp_path):
 
 
 def test_the_verdict_names_the_direction_at_alpha_and_says_when_it_is_an_interim_look():
-    def test(diff: float, p: float, seeds: int, a: str = "gigpo", b: str = "scpo", holm: float = 0.0) -> dict:
-        family = "secondary, Holm over 2 pairs" if holm else "primary, unadjusted"
+    def test(diff: float, p: float, seeds: int, a: str = "gigpo", b: str = "scpo", holm: float = 0.0,
+             p_seeds: float = 0.01, holm_seeds: float = 0.02) -> dict:
+        across = None if seeds == 1 else {"p": p_seeds, "df": seeds - 1}
         return {"a": a, "b": b, "seeds": seeds, "difference": diff, "difference_ci95": [diff - 0.1, diff + 0.1],
-                "p_cmh": p, "family": family, "p_adjusted": holm or p}
+                "p_cmh": p, "across_seeds": across, "family": "secondary, Holm over 3 pairs" if holm else
+                "primary, unadjusted", "p_adjusted": holm or p, "p_seeds_adjusted": holm_seeds if holm else p_seeds}
     result = {"planned_seeds": {"gigpo": 5, "scpo": 5, "grpo": 3}, "iterations": 12,
-              "vs_iteration_0": {"gigpo": test(0.2, 1e-5, 5), "grpo": test(-0.1, 0.01, 3), "scpo_buffer": test(0.0, 0.5, 1)},
-              "pairwise": {"scpo vs gigpo": test(0.03, 0.16, 4), "gigpo vs grpo": test(-0.08, 0.01, 3, "grpo", "gigpo", 0.02),
-                           "scpo vs grpo": test(0.05, 0.03, 3, "grpo", "scpo", 0.06)}}
+              "vs_iteration_0": {"gigpo": test(0.2, 1e-5, 5), "grpo": test(-0.1, 0.01, 3, p_seeds=0.2),
+                                 "scpo_buffer": test(0.0, 0.5, 1), "scpo": test(0.1, 0.001, 1)},
+              "pairwise": {"scpo vs gigpo": test(0.03, 0.16, 4),
+                           "gigpo vs grpo": test(-0.08, 0.01, 3, "grpo", "gigpo", holm=0.02),
+                           "scpo vs grpo": test(0.05, 0.03, 3, "grpo", "scpo", holm=0.06),
+                           "scpo_lexical vs grpo": test(0.05, 0.01, 3, "grpo", "scpo_lexical", holm=0.02,
+                                                        p_seeds=0.04, holm_seeds=0.08)}}
     lines = verdict(result).splitlines()
+    # Both tests below alpha: the change is stated.
     assert lines[0] == ("- **gigpo** at iteration 12 against its iteration 0: improved, +0.200 [+0.100, +0.300] "
-                        "in test success, CMH p < 1e-4 (5 seeds, as planned).")
-    assert "got worse, -0.100" in lines[1] and "CMH p = 0.01 (3 seeds, as planned)" in lines[1]
+                        "in test success, CMH p < 1e-4; across seeds p = 0.01 (4 df) (5 seeds, as planned).")
+    # The games say so, the seeds do not: not stated as a change of the method.
+    assert lines[1].startswith("- **grpo** at iteration 12 against its iteration 0: got worse on these runs' test "
+                               "games, not established across seeds, -0.100")
+    assert lines[1].endswith("CMH p = 0.01; across seeds p = 0.20 (2 df) (3 seeds, as planned).")
     assert "no detectable change" in lines[2] and "(1 seeds; not a method of the grid)" in lines[2]
-    assert lines[3].startswith("- **scpo against gigpo** at iteration 12: no detectable difference between scpo and "
-                               "gigpo, scpo - gigpo = +0.030") and lines[3].endswith(
-        "CMH p = 0.16 (the primary comparison, unadjusted; 4 of 5 planned seeds: an interim look).")
-    # Holm's p < alpha with b behind a: a is ahead; the pair is planned at the smaller of its two seed counts.
-    assert "grpo ahead of gigpo, gigpo - grpo = -0.080" in lines[4] and lines[4].endswith(
-        "CMH p = 0.01, Holm-adjusted p = 0.02 (secondary, Holm over 2 pairs; 3 seeds, as planned).")
+    assert "improved on its one seed's games (no test across seeds), +0.100" in lines[3]
+    assert lines[4].startswith("- **scpo against gigpo** at iteration 12: no detectable difference between scpo and "
+                               "gigpo, scpo - gigpo = +0.030") and lines[4].endswith(
+        "CMH p = 0.16; across seeds p = 0.01 (3 df) (the primary comparison, unadjusted; "
+        "4 of 5 planned seeds: an interim look).")
+    # Holm's p < alpha on both, b behind a: a is ahead; the pair is planned at the smaller seed count.
+    assert "grpo ahead of gigpo, gigpo - grpo = -0.080" in lines[5] and lines[5].endswith(
+        "Holm-adjusted CMH p = 0.02, across seeds p = 0.02 (secondary, Holm over 3 pairs; 3 seeds, as planned).")
     # Secondary pairs are decided on Holm's p: 0.03 unadjusted, 0.06 adjusted -> no detectable difference.
-    assert "no detectable difference between scpo and grpo" in lines[5] and "Holm-adjusted p = 0.06" in lines[5]
+    assert "no detectable difference between scpo and grpo" in lines[6] and "Holm-adjusted CMH p = 0.06" in lines[6]
+    # ... on both tests: across seeds 0.04 unadjusted but 0.08 adjusted -> not established.
+    assert "scpo_lexical ahead of grpo on these runs' test games, not established across seeds" in lines[7]
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("statsmodels", reason="the dev extra: pip install -e '.[dev]'")
 
-from benchmarks.learning_stats import fmt_p, holm, mcnemar_exact, mean_se, paired, wilson  # noqa: E402
+from benchmarks.learning_stats import across_seeds, fmt_p, holm, mcnemar_exact, mean_se, paired, wilson  # noqa: E402
 
 
 def test_wilson_interval_matches_hand_computation():
@@ -59,11 +59,28 @@ def test_pooled_cmh_is_mcnemars_chi_square_on_the_pooled_discordant_games():
     assert got["odds_ratio"] == pytest.approx(13 / 3)
     assert got["odds_ratio_ci95"][0] < 13 / 3 < got["odds_ratio_ci95"][1]
     assert [s["only_b"] for s in got["per_seed"]] == [7, 6]
+    # Across seeds: seed 1 wins 5 -> 11 of 20 (+0.30), seed 2 2 -> 6 of 20 (+0.20). Mean 0.25, sd
+    # 0.0707, se 0.05, t = 5 on 1 df (Cauchy): p = 1 - 2 atan(5) / pi = 0.1257 -- far weaker than
+    # the CMH's 0.012, which counts the 16 discordant games as independent.
+    seeds = got["across_seeds"]
+    assert seeds["differences"] == pytest.approx([0.3, 0.2]) and seeds["df"] == 1
+    assert seeds["p"] == pytest.approx(1 - 2 * math.atan(5) / math.pi, rel=1e-9)
     # No discordant game: no evidence, p = 1.
     same = paired([a1], [a1])
     assert same["p_cmh"] == 1.0 and same["difference"] == 0.0 and same["odds_ratio"] is None
     with pytest.raises(ValueError, match="seeds"):
         paired([a1], [b1, b2])
+
+
+def test_across_seeds_is_a_one_sample_t_test_of_the_per_seed_differences():
+    # d = [0.1, 0.3]: mean 0.2, sd sqrt((0.01 + 0.01) / 1) = 0.1414, se 0.1, t = 2 on 1 df:
+    # p = 1 - 2 atan(2) / pi = 0.2952; interval 0.2 -+ t_0.975,1 * 0.1, t_0.975,1 = tan(0.475 pi).
+    got = across_seeds([0.1, 0.3])
+    assert got["mean"] == pytest.approx(0.2) and got["p"] == pytest.approx(1 - 2 * math.atan(2) / math.pi, rel=1e-9)
+    half = math.tan(0.475 * math.pi) * 0.1
+    assert got["ci95"] == pytest.approx([0.2 - half, 0.2 + half], rel=1e-9)
+    assert across_seeds([0.1]) is None  # one seed: nothing to test across
+    assert across_seeds([0.0, 0.0])["p"] == 1.0 and across_seeds([0.1, 0.1])["p"] is None
 
 
 def test_holm_adjusts_a_family_of_p_values_in_the_order_given():
