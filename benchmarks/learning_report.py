@@ -182,7 +182,7 @@ def _word(game_p: float, seeds_p: float | None, one_seed: bool, diff: float, alp
         return none
     direction = up if diff > 0 else down
     if one_seed:
-        return f"{direction} on its one seed's games (no test across seeds)"
+        return f"{direction} on one seed's games (no test across seeds)"
     if seeds_p is None or seeds_p >= alpha:
         return f"{direction} on these runs' test games, not established across seeds"
     return direction

@@ -140,7 +140,7 @@ def test_the_verdict_names_the_direction_at_alpha_and_says_when_it_is_an_interim
                                "games, not established across seeds, -0.100")
     assert lines[1].endswith("CMH p = 0.01; across seeds p = 0.20 (2 df) (3 seeds, as planned).")
     assert "no detectable change" in lines[2] and "(1 seeds; not a method of the grid)" in lines[2]
-    assert "improved on its one seed's games (no test across seeds), +0.100" in lines[3]
+    assert "improved on one seed's games (no test across seeds), +0.100" in lines[3]
     assert lines[4].startswith("- **scpo against gigpo** at iteration 12: no detectable difference between scpo and "
                                "gigpo, scpo - gigpo = +0.030") and lines[4].endswith(
         "CMH p = 0.16; across seeds p = 0.01 (3 df) (the primary comparison, unadjusted; "
