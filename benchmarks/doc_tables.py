@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import learning_report, learning_reproduction, quickstart_report, report, speed_report
+from benchmarks import learning_ranking, learning_report, learning_reproduction, quickstart_report, report, speed_report
 from benchmarks.common import RESULTS
 
 DOCS = (Path("README.md"), Path("docs/learning.md"), Path("docs/numerics.md"), Path("docs/quickstart.md"),
@@ -55,6 +55,7 @@ BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "learning-methods": ("learning.json", learning_report.methods_table),
     "learning-pairwise": ("learning.json", learning_report.pairwise_table),
     "learning-verdict": ("learning.json", learning_report.verdict),
+    "learning-ranking": ("learning.json", learning_ranking.ranking),
     "learning-iterations": ("learning.json", learning_report.iterations_table),
     "learning-reproduction-scpo-seed0": (("learning_runs/scpo_seed0.json", "learning_reproductions/scpo_seed0.json"),
                                          learning_reproduction.table),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, load_average, machine, read_yaml
+from benchmarks.learning_ranking import ranking
 from benchmarks.learning_report import aggregate, plot, print_tables
 from benchmarks.learning_run import GRID, METHODS, Recorder, panels, run_config, sha256, train_one
 
@@ -196,6 +197,7 @@ def report(runs_dir: Path, out: Path) -> dict[str, Any]:
     out.write_text(json.dumps(result, indent=1) + "\n")
     plot(result, out.with_suffix(".png"))
     print_tables(result)
+    print(ranking(result), end="\n\n")
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return result
 

@@ -175,7 +175,7 @@ def _effect(t: dict[str, Any]) -> str:
             f"success, CMH p {_p(t['p_cmh'])}{across}")
 
 
-def _word(game_p: float, seeds_p: float | None, one_seed: bool, diff: float, alpha: float,
+def change_word(game_p: float, seeds_p: float | None, one_seed: bool, diff: float, alpha: float,
           up: str, down: str, none: str) -> str:
     """A change is stated only when the game-level test and the test across seeds both find it."""
     if game_p >= alpha:
@@ -198,18 +198,18 @@ def verdict(result: dict[str, Any], alpha: float = 0.05) -> str:
     """README's answer in words: each method's final test success against its iteration 0, then each
     pair of methods at the final checkpoint (the primary pair on its own, the secondary ones after
     Holm's adjustment over them), and the seeds each rests on. A change is stated at ``alpha`` only
-    where the CMH test on the games and the t test across seeds both find it (``_word``)."""
+    where the CMH test on the games and the t test across seeds both find it (``change_word``)."""
     planned, last = result["planned_seeds"], result["iterations"]
     lines = []
     for m, t in result["vs_iteration_0"].items():
         seeds = t["across_seeds"]
-        word = _word(t["p_cmh"], seeds and seeds["p"], seeds is None, t["difference"], alpha,
+        word = change_word(t["p_cmh"], seeds and seeds["p"], seeds is None, t["difference"], alpha,
                      "improved", "got worse", "no detectable change")
         lines.append(f"- **{m}** at iteration {last} against its iteration 0: {word}, {_effect(t)} "
                      f"({_seeds(t['seeds'], planned.get(m, 0))}).")
     for t in result["pairwise"].values():
         a, b = t["a"], t["b"]
-        word = _word(t["p_adjusted"], t["p_seeds_adjusted"], t["across_seeds"] is None, t["difference"], alpha,
+        word = change_word(t["p_adjusted"], t["p_seeds_adjusted"], t["across_seeds"] is None, t["difference"], alpha,
                      f"{b} ahead of {a}", f"{a} ahead of {b}", f"no detectable difference between {b} and {a}")
         primary = t["family"].startswith("primary")
         adjusted = "" if primary else (f"; Holm-adjusted CMH p {_p(t['p_adjusted'])}" + (

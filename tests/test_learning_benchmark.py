@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.common import read_yaml
 from benchmarks.learning import CONFIG, main
+from benchmarks.learning_ranking import ranking
 from benchmarks.learning_report import methods_table, pairwise_table, runs_table, verdict
 from benchmarks.learning_reproduction import UNCOMPARED
 from benchmarks.learning_stats import holm
@@ -152,6 +153,32 @@ def test_the_verdict_names_the_direction_at_alpha_and_says_when_it_is_an_interim
     assert "no detectable difference between scpo and grpo" in lines[6] and "Holm-adjusted CMH p = 0.06" in lines[6]
     # ... on both tests: across seeds 0.04 unadjusted but 0.08 adjusted -> not established.
     assert "scpo_lexical ahead of grpo on these runs' test games, not established across seeds" in lines[7]
+
+
+def test_the_ranking_orders_the_means_and_names_only_what_both_tests_establish():
+    def method(mean: float, se: float | None, n: int) -> dict:
+        return {"checkpoints": [{"mean": 0.2}, {"n": n, "mean": mean, "se": se}]}
+
+    def test(diff: float, p: float, p_seeds: float | None, a: str = "", b: str = "") -> dict:
+        return {"a": a, "b": b, "difference": diff, "difference_ci95": [diff - 0.1, diff + 0.1], "p_cmh": p,
+                "across_seeds": None if p_seeds is None else {"p": p_seeds}, "p_adjusted": p, "p_seeds_adjusted": p_seeds}
+    result = {"iterations": 12, "methods": {"grpo": method(0.3, 0.02, 3), "gigpo": method(0.4, 0.05, 5),
+                                            "scpo": method(0.4, 0.04, 5), "scpo_lexical": method(0.45, None, 1)},
+              "vs_iteration_0": {"grpo": test(0.1, 0.01, 0.2), "gigpo": test(0.2, 1e-5, 0.01),
+                                 "scpo": test(0.2, 1e-5, 0.03), "scpo_lexical": test(0.25, 1e-3, None)},
+              # grpo behind gigpo on both (adjusted) tests; scpo ahead of grpo on the games only.
+              "pairwise": {"scpo vs gigpo": test(0.0, 1.0, 1.0, "gigpo", "scpo"),
+                           "gigpo vs grpo": test(0.1, 0.01, 0.02, "grpo", "gigpo"),
+                           "scpo vs grpo": test(0.1, 0.01, 0.3, "grpo", "scpo")}}
+    # Means in descending order, ties (gigpo, scpo at 0.4) in the tables' method order; grpo's gain
+    # and scpo_lexical's (one seed, no test across seeds) are not established.
+    assert ranking(result) == (
+        "**Ranking** by mean test success at iteration 12 (± SE over each method's seeds; pairs are tested on the "
+        "seeds they share): scpo_lexical 0.450 (1 seed), gigpo 0.400 ± 0.050 (5 seeds), scpo 0.400 ± 0.040 (5 seeds), "
+        "grpo 0.300 ± 0.020 (3 seeds). Established at α = 0.05 by both tests (Holm-adjusted for the secondary pairs): "
+        "a gain over iteration 0 for gigpo, scpo; between methods, gigpo ahead of grpo (+0.100). The primary "
+        "comparison, scpo against gigpo: +0.000 [-0.100, +0.100], CMH p 1.00, across seeds p 1.00. No other step "
+        "of this order is established at this α.")
 
 
 @pytest.mark.slow
