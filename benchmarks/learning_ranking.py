@@ -39,7 +39,11 @@ def ranking(result: dict[str, Any], alpha: float = 0.05) -> str:
         f" The primary comparison, {b} against {a}: {primary['difference']:+.3f} "
         f"[{primary['difference_ci95'][0]:+.3f}, {primary['difference_ci95'][1]:+.3f}], CMH p {fmt_p(primary['p_cmh'])}"
         + ("" if primary["p_seeds_adjusted"] is None else f", across seeds p {fmt_p(primary['p_seeds_adjusted'])}") + ".")
-    return (f"**Ranking** by mean test success at iteration {result['iterations']} (± SE over each method's seeds; "
+    planned = result["planned_seeds"]
+    done = sum(min(len(result["methods"][m]["seeds"]), n) for m, n in planned.items() if m in result["methods"])
+    look = "the grid is complete" if done == sum(planned.values()) else "an interim look"
+    return (f"**Ranking** ({done} of {sum(planned.values())} planned runs: {look}) by mean test success at "
+            f"iteration {result['iterations']} (± SE over each method's seeds; "
             f"pairs are tested on the seeds they share): {means}. "
             f"Established at α = {alpha} by both tests (Holm-adjusted for the secondary pairs): a gain over "
             f"iteration 0 for {', '.join(gains) or 'no method'}; between methods, "

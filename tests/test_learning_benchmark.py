@@ -157,13 +157,15 @@ def test_the_verdict_names_the_direction_at_alpha_and_says_when_it_is_an_interim
 
 def test_the_ranking_orders_the_means_and_names_only_what_both_tests_establish():
     def method(mean: float, se: float | None, n: int) -> dict:
-        return {"checkpoints": [{"mean": 0.2}, {"n": n, "mean": mean, "se": se}]}
+        return {"seeds": list(range(n)), "checkpoints": [{"mean": 0.2}, {"n": n, "mean": mean, "se": se}]}
 
     def test(diff: float, p: float, p_seeds: float | None, a: str = "", b: str = "") -> dict:
         return {"a": a, "b": b, "difference": diff, "difference_ci95": [diff - 0.1, diff + 0.1], "p_cmh": p,
                 "across_seeds": None if p_seeds is None else {"p": p_seeds}, "p_adjusted": p, "p_seeds_adjusted": p_seeds}
-    result = {"iterations": 12, "methods": {"grpo": method(0.3, 0.02, 3), "gigpo": method(0.4, 0.05, 5),
-                                            "scpo": method(0.4, 0.04, 5), "scpo_lexical": method(0.45, None, 1)},
+    # 5 + 5 + 3 planned and all in (gigpo's sixth seed is not a planned run; scpo_lexical is not in the grid).
+    result = {"iterations": 12, "planned_seeds": {"gigpo": 5, "scpo": 5, "grpo": 3},
+              "methods": {"grpo": method(0.3, 0.02, 3), "gigpo": method(0.4, 0.05, 6),
+                          "scpo": method(0.4, 0.04, 5), "scpo_lexical": method(0.45, None, 1)},
               "vs_iteration_0": {"grpo": test(0.1, 0.01, 0.2), "gigpo": test(0.2, 1e-5, 0.01),
                                  "scpo": test(0.2, 1e-5, 0.03), "scpo_lexical": test(0.25, 1e-3, None)},
               # grpo behind gigpo on both (adjusted) tests; scpo ahead of grpo on the games only.
@@ -173,12 +175,15 @@ def test_the_ranking_orders_the_means_and_names_only_what_both_tests_establish()
     # Means in descending order, ties (gigpo, scpo at 0.4) in the tables' method order; grpo's gain
     # and scpo_lexical's (one seed, no test across seeds) are not established.
     assert ranking(result) == (
-        "**Ranking** by mean test success at iteration 12 (± SE over each method's seeds; pairs are tested on the "
-        "seeds they share): scpo_lexical 0.450 (1 seed), gigpo 0.400 ± 0.050 (5 seeds), scpo 0.400 ± 0.040 (5 seeds), "
+        "**Ranking** (13 of 13 planned runs: the grid is complete) by mean test success at iteration 12 "
+        "(± SE over each method's seeds; pairs are tested on the seeds they share): scpo_lexical 0.450 (1 seed), "
+        "gigpo 0.400 ± 0.050 (6 seeds), scpo 0.400 ± 0.040 (5 seeds), "
         "grpo 0.300 ± 0.020 (3 seeds). Established at α = 0.05 by both tests (Holm-adjusted for the secondary pairs): "
         "a gain over iteration 0 for gigpo, scpo; between methods, gigpo ahead of grpo (+0.100). The primary "
         "comparison, scpo against gigpo: +0.000 [-0.100, +0.100], CMH p 1.00, across seeds p 1.00. No other step "
         "of this order is established at this α.")
+    result["methods"]["grpo"]["seeds"] = [0, 1]
+    assert ranking(result).startswith("**Ranking** (12 of 13 planned runs: an interim look) by mean")
 
 
 @pytest.mark.slow
