@@ -7,8 +7,11 @@ outcome, and the rollout-vs-train mismatch of every iteration. Variants (CLI ove
 recipe):
 
 - ``today``: the engine without prefix sharing (``model.engine_options: {prefix_sharing: false}``);
-- ``shared``: prefix-shared prefill (the default now): float noise only, so the same seed
+- ``shared``: prefix-shared prefill, HF ``generate``'s decode: float noise only, so the same seed
   should give the same validation outcomes as ``today`` (``same_outcomes_as_today``);
+- ``jump``: plus jump-forward constrained decoding (the defaults now, ``engines.jump``): the same
+  distribution, but random numbers drawn at branch points only, so outcomes differ by sampling;
+- ``jump_scoring``: plus the trainer's log-prob passes prefix-shared (``model.logprob_prefix_sharing``);
 - ``shared_val64``: plus the whole 64-game validation panel in one collection and one generate
   micro-batch (``data.val_batch_episodes: 64``, ``model.generation_batch_size: 64``): other
   micro-batches draw other random numbers, so outcomes differ by sampling, not by arithmetic;
@@ -19,7 +22,7 @@ recipe):
   ``model.bf16_grid: auto``) with the old log-probs recomputed in fp32, or the sampler's own with
   the truncated importance weight (``model.rollout_correction: {mode: tis, cap: 2.0}``).
 
-    python -m benchmarks.run_speed                               # today vs shared, full recipe (~40-55 min, 2 cores)
+    python -m benchmarks.run_speed --variants today jump_scoring --out run_speed_full   # full recipe (~45 min, 2 cores)
     python -m benchmarks.run_speed --variants today shared_val64 --validate-only --val-episodes 32
     python -m benchmarks.run_speed --variants bf16_recompute bf16_tis --iterations 2 --no-validation
 
@@ -41,8 +44,10 @@ from benchmarks.common import RESULTS, load_average, machine, write_result
 CONFIG = Path("configs/learning.yaml")
 _BF16 = ["--model.generation_autocast=bfloat16", "--model.val_generation_autocast=bfloat16"]
 VARIANTS: dict[str, list[str]] = {
-    "today": ["--model.engine_options={prefix_sharing: false}"],
-    "shared": [],
+    "today": ["--model.engine_options={prefix_sharing: false, jump_forward: false}"],
+    "shared": ["--model.engine_options={jump_forward: false}"],
+    "jump": [],
+    "jump_scoring": ["--model.logprob_prefix_sharing=true"],
     "shared_val64": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64"],
     "shared_val64_bf16": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64",
                           "--model.val_generation_autocast=bfloat16"],

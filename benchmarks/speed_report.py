@@ -109,3 +109,20 @@ def autocast_cast(r: dict[str, Any]) -> str:
     return (_table(["shape (F.linear, rows)", "fp32 µs", "bf16 autocast, frozen weight µs",
                     "bf16 autocast, weight requires grad (cast cached) µs", "bf16 copy of the weight µs",
                     "frozen / cached"], rows) + "\n\n" + _footer(r))
+
+
+def full_runs(r: dict[str, Any]) -> str:
+    """A full-recipe ``run_speed`` result: each variant's fit, its validations and its iterations, summed."""
+    def total(x: dict[str, Any], key: str) -> str:
+        return f"{sum(i[key] for i in x['iterations']):.0f}"
+
+    rows = [[x["variant"], _overrides(x), f"{x['wall_s']:.0f}", f"{x.get('wall_vs_today', 1.0):.3f}",
+             f"{x['validation_s']:.0f}", total(x, "seconds"), total(x, "generate_s"), total(x, "time/logprobs_s"),
+             total(x, "time/update_s"), " / ".join(f"{v['successes']} of {v['episodes']}" for v in x["validations"]),
+             f"{max(i['rollout/logprob_diff_max'] for i in x['iterations']):.1g}"] for x in r["runs"]]
+    return (_table(["variant", "overrides of the recipe", "fit wall s", "vs today", "validations s",
+                    "iterations s", "of which generation s", "log-probs s", "update s", "validation won",
+                    "max rollout-vs-train \\|Δ log p\\|"], rows)
+            + f"\n\n`{r['args']['config']}`, seed {r['args']['seed']}, the whole recipe (training and its "
+              "validations), each variant once, one after the other in one process. " + _footer(r))
+

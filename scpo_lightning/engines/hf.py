@@ -45,7 +45,8 @@ What that implies in constrained mode, where ``log q - log pi = -log Z_t >= 0``:
 
 It is a convenience for small models that never write the paper's format zero-shot (e.g.
 SmolLM2-135M on CPU); results comparable to the paper use free mode. Prompt prefixes that rows
-share are encoded once (``prefix_sharing``, ``engines.prefix``).
+share are encoded once (``prefix_sharing``, ``engines.prefix``); constrained responses decode a
+forward per branch point of the candidates, not per token (``jump_forward``, ``engines.jump``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ _NO_MODEL_DEFAULTS = (
 
 from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParams, check_generate_args
 from scpo_lightning.engines.constrained import TokenTrie, TrieLogitsProcessor, candidate_token_ids
+from scpo_lightning.engines.jump import jump_decode, padded_prefill
 from scpo_lightning.engines.prefix import shared_prefill
 
 
@@ -126,6 +128,9 @@ class HFEngine(RolloutEngine):
         prefix_sharing: encode each distinct prompt prefix of a micro-batch once and copy its
             keys and values into every row that shares it (``engines.prefix``); the same
             log-probs up to float noise. False: every row's whole prompt, as one padded batch.
+        jump_forward: constrained mode encodes each row's forced tokens in one forward and draws
+            only where the candidates branch (``engines.jump``): the same distribution, log-probs
+            up to float noise, another random stream. False: HF ``generate``, a forward per token.
     """
 
     shares_policy_weights = True  # generates with the policy itself; the engine never copies it
@@ -138,6 +143,7 @@ class HFEngine(RolloutEngine):
         seed: int = 0,
         autocast_dtype: str | None = None,
         prefix_sharing: bool = True,
+        jump_forward: bool = True,
     ):
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
@@ -157,6 +163,7 @@ class HFEngine(RolloutEngine):
             raise ValueError(f"autocast_dtype must be None, 'bfloat16' or 'float16', got {autocast_dtype!r}")
         self.autocast_dtype = autocast_dtype
         self.prefix_sharing = prefix_sharing
+        self.jump_forward = jump_forward
         #: Prompt tokens asked for, and prefilled (real, and with padding), over every call.
         self.prefill_counts = dict.fromkeys(("prompt_tokens", "prefilled_tokens", "padded_tokens"), 0)
 
@@ -233,17 +240,14 @@ class HFEngine(RolloutEngine):
         processors = LogitsProcessorList([policy_recorder])
         max_new_tokens = params.max_new_tokens
         if allowed is not None:
-            candidates = [
-                candidate_token_ids(self.tokenizer, actions, self.eos_token_id, self.stop_token_ids) for actions in allowed
-            ]
+            candidates = [candidate_token_ids(self.tokenizer, a, self.eos_token_id, self.stop_token_ids) for a in allowed]
             longest = max(len(c) for row in candidates for c in row)
             if longest > params.max_new_tokens:
-                raise ValueError(
-                    f"constrained mode: an admissible action needs {longest} response tokens but "
-                    f"SamplingParams.max_new_tokens is {params.max_new_tokens}; raise the max response length"
-                )
+                raise ValueError(f"constrained mode: an admissible action needs {longest} response tokens but "
+                                 f"SamplingParams.max_new_tokens is {params.max_new_tokens}; raise the max response length")
             max_new_tokens = longest  # every candidate fits, nothing is cut
-            processors.append(TrieLogitsProcessor([TokenTrie(c) for c in candidates], width, self.eos_token_id))
+            tries = [TokenTrie(c) for c in candidates]
+            processors.append(TrieLogitsProcessor(tries, width, self.eos_token_id))
         # The warpers come after the trie mask, so temperature and top-p act on the allowed tokens only.
         if not greedy and params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
@@ -252,14 +256,9 @@ class HFEngine(RolloutEngine):
         # Last: q, the distribution the token is drawn from (HF samples softmax of these scores).
         sampler_recorder = TokenLogprobRecorder(1.0)
         processors.append(sampler_recorder)
-        config = GenerationConfig(
-            do_sample=not greedy,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=self.stop_token_ids,
-            pad_token_id=self.pad_token_id,
-            use_cache=True,
-            **({} if greedy else {"top_k": 0}),  # HF's default top_k=50 would truncate sampling
-        )
+        config = GenerationConfig(do_sample=not greedy, max_new_tokens=max_new_tokens, eos_token_id=self.stop_token_ids,
+                                  pad_token_id=self.pad_token_id, use_cache=True,
+                                  **({} if greedy else {"top_k": 0}))  # HF's default top_k=50 would truncate sampling
         cache, real, padded = {}, sum(len(p) for p in prompts), width * len(prompts)
         if self.prefix_sharing and width > 1:  # generate then encodes each prompt's last token only
             cache["past_key_values"], shared = shared_prefill(self.model, prompts, self.pad_token_id, device,
@@ -267,17 +266,16 @@ class HFEngine(RolloutEngine):
             real, padded = shared["tree_tokens"] + len(prompts), shared["padded_tokens"] + len(prompts)
         for key, value in zip(self.prefill_counts, (sum(len(p) for p in prompts), real, padded)):
             self.prefill_counts[key] += value
-        out = self.model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            generation_config=config,
-            logits_processor=processors,
-            # Each rank generates for its own envs, so ranks never step in lock-step; HF would
-            # otherwise sync every token of an FSDP2 model (whose weights the module has gathered).
-            synced_gpus=False,
-            **cache,
-            **_NO_MODEL_DEFAULTS,
-        )
+        if allowed is not None and self.jump_forward:
+            past = cache["past_key_values"] if cache else padded_prefill(self.model, prompts, self.pad_token_id, device)
+            rows = jump_decode(self.model, past, prompts, tries, params.temperature, params.top_p, self.pad_token_id,
+                               device)
+            return [self._to_generation(*row) for row in rows]
+        # synced_gpus=False: each rank generates for its own envs, never in lock-step; HF would
+        # otherwise sync every token of an FSDP2 model (whose weights the module has gathered).
+        out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                  generation_config=config, logits_processor=processors, synced_gpus=False,
+                                  **cache, **_NO_MODEL_DEFAULTS)
         policy_logp = policy_recorder.finish(out).tolist()
         sampler_logp = sampler_recorder.finish(out).tolist()
         sampler_logp = [[0.0] * len(row) for row in sampler_logp] if greedy else sampler_logp
