@@ -83,6 +83,7 @@ BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "benchmarks-autocast-cast": ("autocast_cast.json", speed_report.autocast_cast),
     "benchmarks-validation-speed": ("run_speed_validation.json", speed_report.validation_runs),
     "benchmarks-full-run-speed": ("run_speed_full.json", speed_report.full_runs),
+    "benchmarks-validation-copy": ("run_speed_val_copy.json", speed_report.copy_validations),
     "benchmarks-prefix-prefill": ("prefix_prefill.json", speed_report.prefix_prefill),
     "benchmarks-scoring-prefix": ("scoring_prefix.json", speed_report.scoring_prefix),
     "benchmarks-gqa-attention": ("gqa_attention.json", speed_report.gqa_attention),

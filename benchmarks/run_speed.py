@@ -12,6 +12,9 @@ recipe):
 - ``jump``: plus jump-forward constrained decoding (the defaults now, ``engines.jump``): the same
   distribution, but random numbers drawn at branch points only, so outcomes differ by sampling;
 - ``jump_scoring``: plus the trainer's log-prob passes prefix-shared (``model.logprob_prefix_sharing``);
+- ``val_copy``: plus validation sampled from a bf16 copy of the policy (the hf engine's
+  ``val_copy_dtype``, ``engines.sampler_copy``): training is unchanged, the validations sample
+  from the rounded policy, so their outcomes differ by that rounding and by sampling;
 - ``shared_val64``: plus the whole 64-game validation panel in one collection and one generate
   micro-batch (``data.val_batch_episodes: 64``, ``model.generation_batch_size: 64``): other
   micro-batches draw other random numbers, so outcomes differ by sampling, not by arithmetic;
@@ -38,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 
 from benchmarks.common import RESULTS, load_average, machine, write_result
+from scpo_lightning.logprobs import mismatch_sums, response_logprobs
 
 CONFIG = Path("configs/learning.yaml")
 _BF16 = ["--model.generation_autocast=bfloat16", "--model.val_generation_autocast=bfloat16"]
@@ -48,12 +53,14 @@ VARIANTS: dict[str, list[str]] = {
     "shared": ["--model.engine_options={jump_forward: false}"],
     "jump": [],
     "jump_scoring": ["--model.logprob_prefix_sharing=true"],
+    "val_copy": ["--model.logprob_prefix_sharing=true", "--model.engine_options={val_copy_dtype: bfloat16}"],
     "shared_val64": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64"],
     "shared_val64_bf16": ["--data.val_batch_episodes=64", "--model.generation_batch_size=64",
                           "--model.val_generation_autocast=bfloat16"],
     "bf16_recompute": [*_BF16, "--model.old_logprobs=recompute"],
     "bf16_tis": [*_BF16, "--model.old_logprobs=recompute", "--model.rollout_correction={mode: tis, cap: 2.0}"],
 }
+SAMPLER_COPIES = ("val_copy",)  # validation samples from a copy: measure its distance from the policy
 MISMATCH = ("rollout/logprob_diff_mean", "rollout/logprob_diff_max", "rollout/logprob_k3", "train/kl",
             "train/kept_frac", "train/clip_frac", "time/logprobs_s", "time/update_s")
 
@@ -61,27 +68,55 @@ MISMATCH = ("rollout/logprob_diff_mean", "rollout/logprob_diff_max", "rollout/lo
 class Clock(L.Callback):
     """Wall time of each validation and iteration; validation outcomes; per-iteration mismatch."""
 
-    def __init__(self) -> None:
+    def __init__(self, val_mismatch: bool = False) -> None:
+        self.val_mismatch = val_mismatch
+        self._mismatch: dict[str, float] = {}
+        self._excluded = 0.0
         self.start = time.perf_counter()
         self.validations: list[dict[str, Any]] = []
         self.iterations: list[dict[str, Any]] = []
         self._episodes: list[list[Any]] = []
         self._mark = self.start
 
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    # Lightning fetches a loop's first batch (a whole collection here) before its on_*_start hooks:
+    # a validation is timed from the end of what ran before it (the fit's start, the sanity check's
+    # start or the iteration's update), an iteration from its epoch's start to its update's end.
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._mark = time.perf_counter()
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         self._episodes += [[t["task_id"], int(bool(t["won"]))] for t in batch.trajectories]
+        if self.val_mismatch and batch.rollout_logprobs is not None:
+            self._check_sampler(pl_module, batch)
+
+    @torch.no_grad()
+    def _check_sampler(self, pl_module: Any, batch: Any) -> None:
+        """The fp32 policy's log-probs of the tokens validation sampled, against the sampler's own
+        (a bf16 copy's): its distance from the policy as trained. Not counted in the validation's time."""
+        started = time.perf_counter()
+        pad, temperature = pl_module.engine.pad_token_id, pl_module.hparams.val_temperature or 1.0
+        ours, was_training = [], pl_module.policy.training
+        for lo in range(0, len(batch), 8):
+            rows = range(lo, min(lo + 8, len(batch)))
+            logp, _, mask = response_logprobs(pl_module.policy.eval(), [batch.prompt_ids[i] for i in rows],
+                                              [batch.response_ids[i] for i in rows], pad, temperature, False)
+            ours += [lp[m.bool()] for lp, m in zip(logp, mask)]
+        pl_module.policy.train(was_training)
+        sampled = [torch.tensor(r, dtype=torch.float32) for r in batch.rollout_logprobs]
+        for key, value in zip(("abs_sum", "k3_sum", "gap", "tokens", "max_abs"), mismatch_sums(sampled, ours)):
+            self._mismatch[key] = max(self._mismatch.get(key, 0.0), value) if key == "max_abs" else \
+                self._mismatch.get(key, 0.0) + value
+        self._excluded += time.perf_counter() - started
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning fetches a validation batch before on_validation_start: the first collection
-        # is inside the span from the previous mark (the end of the last iteration or the fit's start)
-        seconds = time.perf_counter() - self._mark
+        seconds = time.perf_counter() - self._mark - self._excluded
+        m, tokens = self._mismatch, self._mismatch.get("tokens", 0.0)
+        drift = {"sampler_vs_policy": {"tokens": int(tokens), "mean_abs": m["abs_sum"] / tokens, "k3": m["k3_sum"] / tokens,
+                                       "max_abs": m["max_abs"]}, "check_s": round(self._excluded, 1)} if tokens else {}
         self.validations.append({"episodes": len(self._episodes), "successes": sum(w for _, w in self._episodes),
-                                 "seconds": round(seconds, 1), "outcomes": self._episodes})
-        self._episodes, self._mark = [], time.perf_counter()
+                                 "seconds": round(seconds, 1), **drift, "outcomes": self._episodes})
+        self._episodes, self._mark, self._mismatch, self._excluded = [], time.perf_counter(), {}, 0.0
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._mark = time.perf_counter()
@@ -91,10 +126,8 @@ class Clock(L.Callback):
         m = outputs["metrics"]
         self.iterations.append({"iteration": trainer.current_epoch + 1, "rows": len(batch),
                                 "generate_s": round(batch.timings["generate_s"], 2),
-                                **{k: round(float(m[k]), 6) for k in MISMATCH if k in m}})
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.iterations[-1]["seconds"] = round(time.perf_counter() - self._mark, 1)
+                                **{k: round(float(m[k]), 6) for k in MISMATCH if k in m},
+                                "seconds": round(time.perf_counter() - self._mark, 1)})
         self._mark = time.perf_counter()
 
 
@@ -109,14 +142,15 @@ def run(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                  *(["--trainer.num_sanity_val_steps=0", "--trainer.limit_val_batches=0"] if args.no_validation else []),
                  *VARIANTS[variant]]
     cli = SCPOCLI(SCPOModule, RolloutDataModule, run=False, args=overrides, save_config_callback=None)
-    clock = Clock()
+    clock = Clock(val_mismatch=variant in SAMPLER_COPIES)
     cli.trainer.callbacks.insert(0, clock)
     start = time.perf_counter()
     if args.validate_only:
         cli.trainer.validate(cli.model, datamodule=cli.datamodule)
     else:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    wall = time.perf_counter() - start
+    # the sampler check (val_copy) is not the run's: its seconds are left out of every time reported
+    wall = time.perf_counter() - start - sum(v.get("check_s", 0.0) for v in clock.validations)
     counts = getattr(cli.model.engine, "prefill_counts", None)
     del cli
     gc.collect()

@@ -126,3 +126,20 @@ def full_runs(r: dict[str, Any]) -> str:
             + f"\n\n`{r['args']['config']}`, seed {r['args']['seed']}, the whole recipe (training and its "
               "validations), each variant once, one after the other in one process. " + _footer(r))
 
+
+
+def copy_validations(r: dict[str, Any]) -> str:
+    """A validate-only ``run_speed`` result with a sampler copy: speed, and the copy's distance from the policy."""
+    def drift(v: dict[str, Any], key: str) -> str:
+        d = v.get("sampler_vs_policy")
+        return f"{d[key]:.2g}" if d else "(the policy itself)"
+
+    rows = [[x["variant"], _overrides(x), x["wall_s"], x["validation_episodes_per_s"],
+             f"{x['validations'][0]['successes']} of {x['validations'][0]['episodes']}",
+             *(drift(x["validations"][0], k) for k in ("mean_abs", "k3", "max_abs"))] for x in r["runs"]]
+    return (_table(["variant", "overrides of the recipe", "wall s (model load included)", "episodes / s", "won",
+                    "sampler vs policy: mean \\|Δ log p\\|", "k3", "max \\|Δ log p\\|"], rows)
+            + f"\n\n`{r['args']['config']}`, seed {r['args']['seed']}, {r['args']['val_episodes'] or 'the recipe'}'s "
+              "dev-panel games, the untrained policy, each variant once, one after the other in one process; the "
+              "distance is the fp32 policy's log-probs of the sampled tokens against the sampler's own (its "
+              "time left out). " + _footer(r))

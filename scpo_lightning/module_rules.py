@@ -16,6 +16,7 @@ from typing import Any
 from envs.common.rules import (FLAG, MAPPING, TEXT, Rule, check, count, instance, number, one_of, optional, pair,
                                positive)
 from scpo_lightning.engines.factory import ENGINES, EngineKind, check_engine_options, engine_kind
+from scpo_lightning.engines.sampler_copy import check_copy_dtype
 from scpo_lightning.estimators import ESTIMATORS, estimator_class
 from scpo_lightning.gigpo import MODES
 from scpo_lightning.losses import RolloutCorrection
@@ -74,6 +75,7 @@ def check_module(cls: type, values: Mapping[str, Any]) -> None:
         raise ValueError(f"model.val_generation_autocast={values['val_generation_autocast']!r} applies to the hf "
                          f"engine only; with engine {values['engine']!r} set the copy's dtype in engine_options")
     check_engine_options(values["engine"], dict(values["engine_options"] or {}))
+    check_copy_dtype("model.engine_options.val_copy_dtype", dict(values["engine_options"] or {}).get("val_copy_dtype"))
 
 
 def check_policy(policy: str) -> None:
@@ -94,6 +96,9 @@ def check_trainer(hp: Mapping[str, Any], correction: RolloutCorrection, engine: 
         # forwards it takes: ranks holding other rows would run other counts and hang.
         raise ValueError("model.logprob_prefix_sharing runs a number of forwards that depends on the rows, which "
                          "FSDP's paired collectives cannot follow: set it to false under ModelParallelStrategy")
+    if dict(hp["engine_options"] or {}).get("val_copy_dtype") and is_model_parallel(strategy):
+        raise ValueError("model.engine_options.val_copy_dtype copies the whole policy, which FSDP holds only in "
+                         "shards: leave it out under ModelParallelStrategy (validation then samples the policy itself)")
     # These settings read the engine's own log-probs of π: refused where it reports none.
     if fitting and (hp["old_logprobs"] == "rollout" or correction.mode != "none"):
         engine.check_policy_logprobs(hp["top_p"], action_mode == "constrained")

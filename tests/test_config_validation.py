@@ -178,6 +178,7 @@ FIELDS = [
     *_bad(SCPOModule, "val_generation_autocast", "float32"),
     *_bad(SCPOModule, "val_generation_autocast", "bfloat16", engine="vllm"),
     *_bad(SCPOModule, "engine", "sglang"), *_bad(SCPOModule, "engine_options", {"no_such": 1}, shows="'no_such'"),
+    *_bad(SCPOModule, "engine_options", {"val_copy_dtype": "int8"}, shows="val_copy_dtype must be null or one of"),
     *_bad(SCPOModule, "gradient_checkpointing", "yes"), *_bad(SCPOModule, "reference_offload", "yes"),
     *_bad(SCPOModule, "lora_rank", -1), *_bad(SCPOModule, "cache_dir", ""), *_bad(SCPOModule, "bf16_grid", "round"),
     *_bad(SCPOModule, "old_logprobs", "engine"), *_bad(SCPOModule, "rollout_correction", "tis"),

@@ -56,7 +56,7 @@ class RolloutEngine(abc.ABC):
     """Generates responses for a batch of tokenised prompts with the policy's current weights.
 
     Everything the module calls on an engine is declared here: ``generate`` around each rollout
-    step, ``autocast`` around validation collections, ``release_memory`` / ``sync_weights``
+    step, ``autocast`` and ``validating`` around validation collections, ``release_memory`` / ``sync_weights``
     around the update, ``state_dict`` / ``load_state_dict`` at checkpoints.
     """
 
@@ -90,6 +90,12 @@ class RolloutEngine(abc.ABC):
         (SCPOModule refuses val_generation_autocast for them at start-up: module_rules.py)."""
         if dtype is not None:
             raise ValueError(f"{type(self).__name__} cannot switch to autocast {dtype!r} per collection")
+        yield
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        """Within the block, collections are validation ones, which never enter a loss: an engine may
+        sample them from a cheaper copy of the policy (the HF engine's ``val_copy_dtype``)."""
         yield
 
     def state_dict(self) -> dict:

@@ -1,7 +1,8 @@
 """Rollout generation with HF ``generate`` on the training module's own policy (CPU and GPU).
 
 The engine holds a reference to the policy ``nn.Module`` that is being trained, so every call
-generates with the current weights and ``sync_weights`` has nothing to do. During a call the model
+generates with the current weights (validation may sample from a low-precision copy instead,
+``val_copy_dtype``, which ``sync_weights`` marks stale). During a call the model
 is in eval mode (no dropout) under ``torch.no_grad``; its previous train/eval mode is restored
 afterwards, also when generation fails.
 
@@ -58,7 +59,6 @@ from collections.abc import Iterator, Sequence
 import torch
 from transformers import (
     GenerationConfig,
-    LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -76,47 +76,19 @@ from scpo_lightning.engines.base import Generation, RolloutEngine, SamplingParam
 from scpo_lightning.engines.constrained import TokenTrie, TrieLogitsProcessor, candidate_token_ids
 from scpo_lightning.engines.jump import jump_decode, padded_prefill
 from scpo_lightning.engines.prefix import shared_prefill
+from scpo_lightning.engines.recorder import TokenLogprobRecorder
+from scpo_lightning.engines.sampler_copy import check_copy_dtype, low_precision_copy
 
 
 def _as_id_list(value: int | Sequence[int] | None) -> list[int]:
     return [] if value is None else [int(value)] if isinstance(value, int) else [int(v) for v in value]
 
 
-class TokenLogprobRecorder(LogitsProcessor):
-    """Records ``log_softmax(scores / temperature)`` at each sampled token, leaving scores untouched.
-
-    A processor sees a step's scores before its token is drawn; the token appears as the last
-    column of ``input_ids`` at the next call (or in the final sequences, ``finish``), so only the
-    current step's log-softmax row is held, never the whole [steps, batch, vocab] history.
-    """
-
-    def __init__(self, temperature: float = 1.0):
-        self.temperature = temperature
-        self._pending: torch.Tensor | None = None
-        self._values: list[torch.Tensor] = []
-
-    def _flush(self, tokens: torch.Tensor) -> None:
-        if self._pending is not None:
-            self._values.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1))
-            self._pending = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self._flush(input_ids[:, -1])
-        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
-
-    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
-        """[batch, new tokens] log-probs, given the generated sequences (prompt columns included)."""
-        self._flush(sequences[:, -1])
-        steps = len(self._values)
-        return torch.stack(self._values, dim=1) if steps else sequences.new_zeros((len(sequences), 0), dtype=torch.float32)
-
-
 class HFEngine(RolloutEngine):
     """Batched HF ``generate`` on ``model`` (left padding, micro-batches of ``generation_batch_size``).
 
     Args:
-        model: the policy being trained (an HF causal LM); the engine never copies it.
+        model: the policy being trained (an HF causal LM); training collections use it itself.
         tokenizer: its tokenizer; needs an EOS token. Pad falls back to EOS when absent.
         generation_batch_size: prompts per ``generate`` call; bounds the KV-cache memory.
         seed: seeds the engine's generator, which draws a seed for calls without ``params.seed``.
@@ -131,9 +103,12 @@ class HFEngine(RolloutEngine):
         jump_forward: constrained mode encodes each row's forced tokens in one forward and draws
             only where the candidates branch (``engines.jump``): the same distribution, log-probs
             up to float noise, another random stream. False: HF ``generate``, a forward per token.
+        val_copy_dtype: validation collections (``validating``) sample from a copy of the policy
+            in this dtype, adapters merged, rebuilt after each ``sync_weights``
+            (``engines.sampler_copy``); training collections always use the policy itself.
     """
 
-    shares_policy_weights = True  # generates with the policy itself; the engine never copies it
+    shares_policy_weights = True  # training rollouts generate with the policy itself
 
     def __init__(
         self,
@@ -144,6 +119,7 @@ class HFEngine(RolloutEngine):
         autocast_dtype: str | None = None,
         prefix_sharing: bool = True,
         jump_forward: bool = True,
+        val_copy_dtype: str | None = None,
     ):
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
@@ -164,6 +140,10 @@ class HFEngine(RolloutEngine):
         self.autocast_dtype = autocast_dtype
         self.prefix_sharing = prefix_sharing
         self.jump_forward = jump_forward
+        check_copy_dtype("val_copy_dtype", val_copy_dtype)
+        self.val_copy_dtype = val_copy_dtype
+        self._copy: torch.nn.Module | None = None  # built at the first validation after the weights moved
+        self._validating = False
         #: Prompt tokens asked for, and prefilled (real, and with padding), over every call.
         self.prefill_counts = dict.fromkeys(("prompt_tokens", "prefilled_tokens", "padded_tokens"), 0)
 
@@ -177,12 +157,32 @@ class HFEngine(RolloutEngine):
         finally:
             self.autocast_dtype = before  # restored, also after a failed collection
 
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        before = self._validating
+        self._validating = True
+        try:
+            yield
+        finally:
+            self._validating = before
+
+    def sync_weights(self) -> None:
+        self._copy = None  # the weights moved: the validation copy is rebuilt when next needed
+
+    def _sampler(self) -> torch.nn.Module:
+        if not (self._validating and self.val_copy_dtype):
+            return self.model
+        if self._copy is None:
+            self._copy = low_precision_copy(self.model, self.val_copy_dtype)
+        return self._copy
+
     def state_dict(self) -> dict:
         """The engine's generator state, for exact resumption from a checkpoint."""
         return {"generator": self._generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self._generator.set_state(state["generator"])
+        self._copy = None  # a checkpoint's weights follow: no copy of the ones before
 
     def generate(
         self,
@@ -198,9 +198,10 @@ class HFEngine(RolloutEngine):
         # The order is the same with and without prefix sharing, so both draw the same random numbers.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
-        device = _device_of(self.model)
-        was_training = self.model.training
-        self.model.eval()
+        model = self._sampler()
+        device = _device_of(model)
+        was_training = model.training
+        model.eval()
         try:
             devices = [] if device.type == "cpu" else [device]  # the CPU state is always forked
             autocast = (
@@ -213,15 +214,17 @@ class HFEngine(RolloutEngine):
                 for start in range(0, len(order), self.generation_batch_size):
                     chunk = order[start : start + self.generation_batch_size]
                     chunk_allowed = None if allowed is None else [allowed[i] for i in chunk]
-                    generations = self._generate_chunk([prompts[i] for i in chunk], params, chunk_allowed, device)
+                    generations = self._generate_chunk(model, [prompts[i] for i in chunk], params, chunk_allowed,
+                                                       device)
                     for i, generation in zip(chunk, generations):
                         results[i] = generation
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return results  # type: ignore[return-value]  # every slot was filled above
 
     def _generate_chunk(
         self,
+        model: torch.nn.Module,
         prompts: list[Sequence[int]],
         params: SamplingParams,
         allowed: list[Sequence[str]] | None,
@@ -261,19 +264,19 @@ class HFEngine(RolloutEngine):
                                   **({} if greedy else {"top_k": 0}))  # HF's default top_k=50 would truncate sampling
         cache, real, padded = {}, sum(len(p) for p in prompts), width * len(prompts)
         if self.prefix_sharing and width > 1:  # generate then encodes each prompt's last token only
-            cache["past_key_values"], shared = shared_prefill(self.model, prompts, self.pad_token_id, device,
+            cache["past_key_values"], shared = shared_prefill(model, prompts, self.pad_token_id, device,
                                                               self.generation_batch_size)
             real, padded = shared["tree_tokens"] + len(prompts), shared["padded_tokens"] + len(prompts)
         for key, value in zip(self.prefill_counts, (sum(len(p) for p in prompts), real, padded)):
             self.prefill_counts[key] += value
         if allowed is not None and self.jump_forward:
-            past = cache["past_key_values"] if cache else padded_prefill(self.model, prompts, self.pad_token_id, device)
-            rows = jump_decode(self.model, past, prompts, tries, params.temperature, params.top_p, self.pad_token_id,
+            past = cache["past_key_values"] if cache else padded_prefill(model, prompts, self.pad_token_id, device)
+            rows = jump_decode(model, past, prompts, tries, params.temperature, params.top_p, self.pad_token_id,
                                device)
             return [self._to_generation(*row) for row in rows]
         # synced_gpus=False: each rank generates for its own envs, never in lock-step; HF would
         # otherwise sync every token of an FSDP2 model (whose weights the module has gathered).
-        out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+        out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                   generation_config=config, logits_processor=processors, synced_gpus=False,
                                   **cache, **_NO_MODEL_DEFAULTS)
         policy_logp = policy_recorder.finish(out).tolist()
