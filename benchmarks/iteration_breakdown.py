@@ -11,6 +11,7 @@ reported as ``other_s``; validation is reported per run, apart from the iteratio
 
     python -m benchmarks.iteration_breakdown [--max-epochs 3] [--save-batches] [training CLI overrides, e.g. --data.workers=4]
     python -m benchmarks.iteration_breakdown --max-epochs 4 --out quickstart   # the quickstart as it runs: docs/quickstart.md
+    python -m benchmarks.iteration_breakdown --max-epochs 4 --baseline --out quickstart   # and first the filed code path, same process
     python -m benchmarks.iteration_breakdown --compare [--rows 32]   # rows/s per setting, same batch (benchmarks.iteration_speed)
 
 With the quickstart's settings (validation before training and every 2 iterations) the default
@@ -33,6 +34,9 @@ from benchmarks.common import DATA, QUICKSTART, load_average, machine, write_res
 from benchmarks.record_batches import save_batch
 
 LOG_DIR = Path("runs/benchmark_breakdown")
+#: ``--baseline``: the hf engine's code path before issue 30 (every prompt prefilled whole, a forward
+#: per decoded token), run first in the same process so that the two fits share the machine's state.
+BASELINE = ("--model.engine_options={prefix_sharing: false, jump_forward: false}",)
 #: Per-iteration values of the module's metrics kept beside the phase times.
 STATS = ("train/kl", "train/clip_frac", "train/clip_frac_last", "train/optimizer_steps", "rollout/logprob_diff_max")
 PHASES = ("generate_s", "env_s", "rollout_s", "scpo_plan_s", "logprobs_s", "shaping_wait_s", "advantage_s", "update_s")
@@ -203,20 +207,29 @@ def main(argv: list[str] | None = None) -> None:
                         help="keep each training batch as benchmarks/data/<env>/run_XX.pkl.xz for benchmarks.shaper_cost")
     parser.add_argument("--out", default="iteration_breakdown",
                         help="result name under benchmarks/results/ (the full quickstart: --max-epochs 4 --out quickstart)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first run the same fit on the filed code path (BASELINE) and keep its wall times beside")
     args, extra = parser.parse_known_args(argv)  # the rest goes to the training CLI, e.g. --data.group_size=8
     started = machine()
-    timer, fit_s, settings = run(args.max_epochs, extra, args.save_batches)
+    baseline = fit_result([*BASELINE, *extra], args.max_epochs, save_batches=False) if args.baseline else None
+    result = {"what": "phase seconds of real quickstart iterations (time/ metrics + wall clocks); validation apart",
+              "config": str(QUICKSTART), **fit_result(extra, args.max_epochs, args.save_batches)}
+    if baseline is not None:
+        result["baseline"] = baseline
+    write_result(args.out, {**result, "machine": started, "load_average_at_end": load_average()})
+
+
+def fit_result(extra: list[str], max_epochs: int, save_batches: bool) -> dict[str, Any]:
+    """One timed fit: its overrides, settings, wall time, phase summary, validations, iterations."""
+    timer, fit_s, settings = run(max_epochs, extra, save_batches)
     iterations = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in it.items()} for it in timer.iterations]
-    result = {
-        "what": "phase seconds of real quickstart iterations (time/ metrics + wall clocks); validation apart",
-        "config": str(QUICKSTART), "cli_overrides": extra, "settings": settings, "fit_wall_s": round(fit_s, 1),
+    return {
+        "cli_overrides": extra, "settings": settings, "fit_wall_s": round(fit_s, 1),
         **summarise(iterations),
         "validation_runs": [{k: round(v, 2) if isinstance(v, float) else v for k, v in val.items()}
                             for val in timer.validations],
-        "iterations": iterations, "machine": started, "load_average_at_end": load_average(),
+        "iterations": iterations,
     }
-    write_result(args.out, result)
-
 
 if __name__ == "__main__":
     main()

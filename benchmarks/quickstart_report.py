@@ -58,3 +58,21 @@ def room_floors(r: dict[str, Any]) -> str:
     families = list(r["sizes"][sizes[0]]["random_policy"])
     rows = [[f, *[f"{r['sizes'][s][p][f]['won_within_15']:.2f}" for s, p in policies]] for f in families]
     return _table(["family", *[f"{s}, {p.split('_')[0]}" for s, p in policies]], rows)
+
+
+def speed(r: dict[str, Any]) -> str:
+    """``--baseline``: the filed code path's fit against today's, same seed, same process (issue 30)."""
+    base, today = r["baseline"], r
+    rows = [["whole fit (s)", f"{base['fit_wall_s']:.0f}", f"{today['fit_wall_s']:.0f}",
+             f"{today['fit_wall_s'] / base['fit_wall_s']:.2f}×"]]
+    for key, name in (("generate_s", "generation per iteration (s, mean)"), ("logprobs_s", "log-probs per iteration (s, mean)"),
+                      ("update_s", "update per iteration (s, mean)"), ("iteration_wall_s", "iteration wall (s, mean)")):
+        b, t = base["train_iteration_mean"][key], today["train_iteration_mean"][key]
+        rows.append([name, f"{b:.1f}", f"{t:.1f}", f"{t / b:.2f}×"])
+    b, t = (sum(v["wall_s"] for v in x["validation_runs"]) for x in (base, today))
+    rows.append([f"validation, {len(today['validation_runs'])} runs (s)", f"{b:.0f}", f"{t:.0f}", f"{t / b:.2f}×"])
+    wins = [" / ".join(f"{sum(w for *_, w in v['outcomes'])}" for v in x["validation_runs"]) for x in (base, today)]
+    rows.append(["validation games won (per run)", wins[0], wins[1], "sampled differently"])
+    return (_table(["", f"filed path ({' '.join(base['cli_overrides'])})", "today's defaults", "today / filed"], rows)
+            + f"\n\nBoth fits in one process, the filed path first. Machine: {_machine(r['machine'])}; "
+              f"load average at the end {r['load_average_at_end'][0]}.")

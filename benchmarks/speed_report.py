@@ -127,6 +127,21 @@ def full_runs(r: dict[str, Any]) -> str:
               "validations), each variant once, one after the other in one process. " + _footer(r))
 
 
+def trainer_floor(r: dict[str, Any]) -> str:
+    """Why a whole-run target of half the filed wall time needs another trainer: the fp32 trainer's
+    own seconds (log-probs and update, whose arithmetic the recipe fixes) against what half leaves."""
+    filed, now = r["runs"][0], r["runs"][-1]
+    trainer = sum(i["time/logprobs_s"] + i["time/update_s"] for i in now["iterations"])
+    half = filed["wall_s"] / 2
+    rest = now["wall_s"] - trainer
+    return (f"With `{now['variant']}`, the fp32 trainer alone (old/reference log-probs and the PPO update) took "
+            f"**{trainer:.0f} s = {trainer / filed['wall_s']:.2f}×** of the filed path's {filed['wall_s']:.0f} s. "
+            f"Half the filed wall time ({half:.0f} s) would leave {half - trainer:.0f} s for everything else — "
+            f"set-up, every training collection and every validation — which took {rest:.0f} s here: those "
+            f"would have to run {rest / (half - trainer):.1f}× faster than today's code. "
+            "Faster sampling cannot get there; only a cheaper trainer (bf16 matmuls on this CPU, or fewer "
+            "tokens per PPO step) can, and either changes the recipe.")
+
 
 def copy_validations(r: dict[str, Any]) -> str:
     """A validate-only ``run_speed`` result with a sampler copy: speed, and the copy's distance from the policy."""
