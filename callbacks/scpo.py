@@ -63,7 +63,7 @@ class SCPOCallback(L.Callback, ShapingSource):
         scorer_options: Keyword options of the scorer (e.g. model_dir, batch_size, max_length, device).
         cache_entries: Scores kept across iterations, keyed by the text pair (0 disables the cache).
         alpha: Weight α of the credit added to failed siblings' step returns (ALFWorld 0.5, WebShop 1.0).
-        theta: Similarity threshold θ in (0, 1].
+        theta: Similarity threshold θ in (0, 1).
         lam: Soft base λ in [0, θ).
         tau_succ: Success threshold on a trajectory's total env reward (ALFWorld 0, WebShop 9.0).
         reference: Reference sibling: longest (paper), shortest or random.

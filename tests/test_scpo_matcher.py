@@ -87,6 +87,7 @@ def test_theta_above_every_score_gives_nothing_and_empty_inputs():
     [
         ({"theta": 0.0}, "theta"),
         ({"theta": 1.2}, "theta"),
+        ({"theta": 1.0}, "theta"),
         ({"lam": 1.0}, "lam"),
         ({"order": [0, 0]}, "permutation"),
         ({"sim": [[0.5, np.nan]]}, r"\[0, 1\]"),
@@ -105,10 +106,11 @@ def matcher_inputs(draw):
     m, ell = draw(st.integers(0, 8)), draw(st.integers(0, 10))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    # Mix exact 0/1 cells with continuous ones so both regimes and ties at θ occur.
-    M = np.where(rng.random((m, ell)) < 0.5, rng.integers(0, 2, (m, ell)), rng.random((m, ell)))
-    M_star = np.where(rng.random((m, m)) < 0.5, rng.integers(0, 2, (m, m)), rng.random((m, m)))
-    theta = draw(st.sampled_from([0.6, 0.3, 0.9, 1.0]))
+    theta = draw(st.sampled_from([0.6, 0.3, 0.9, 0.999]))
+    # Mix exact cells (0, θ itself, 1) with continuous ones so both regimes and ties at θ occur.
+    exact = np.array([0.0, theta, 1.0])
+    M = np.where(rng.random((m, ell)) < 0.5, exact[rng.integers(0, 3, (m, ell))], rng.random((m, ell)))
+    M_star = np.where(rng.random((m, m)) < 0.5, exact[rng.integers(0, 3, (m, m))], rng.random((m, m)))
     lam = draw(st.sampled_from([0.0, 0.2, 0.4]))
     order = rng.permutation(ell).tolist()
     return M.astype(float), M_star.astype(float), theta, min(lam, theta * 0.99), order

@@ -92,14 +92,14 @@ def test_shortest_reference():
     assert np.flatnonzero(result.credit).tolist() == [5]
 
 
-def test_theta_one_credits_only_identical_steps():
-    result, g, _ = hand_shape(theta=1.0, lam=0.0)
-    # θ = 1: only identical texts (score 1.0) match; b0 still earns (1 - 0)/1 = 1.
+def test_theta_near_one_credits_only_identical_steps():
+    result, g, _ = hand_shape(theta=0.99, lam=0.0)
+    # θ = 0.99: only identical texts (score 1.0) match, not the 0.7 paraphrase; b0 earns (1 - 0)/1 = 1.
     assert result.credit.tolist() == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize(
-    "field, value", [("alpha", -1), ("theta", 0), ("lam", 0.6), ("reference", "best"),
+    "field, value", [("alpha", -1), ("theta", 0), ("theta", 1.0), ("lam", 0.6), ("reference", "best"),
                      ("order", "sorted"), ("order_partitions", 0)])
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
