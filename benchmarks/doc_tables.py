@@ -86,6 +86,7 @@ BLOCKS: dict[str, tuple[str | tuple[str, ...], Callable[..., str]]] = {
     "benchmarks-full-run-speed": ("run_speed_full.json", speed_report.full_runs),
     "benchmarks-trainer-floor": ("run_speed_full.json", speed_report.trainer_floor),
     "benchmarks-validation-copy": ("run_speed_val_copy.json", speed_report.copy_validations),
+    "numerics-validation-copy-drift": ("run_speed_full_val_copy.json", speed_report.copy_drift),
     "benchmarks-prefix-prefill": ("prefix_prefill.json", speed_report.prefix_prefill),
     "benchmarks-scoring-prefix": ("scoring_prefix.json", speed_report.scoring_prefix),
     "benchmarks-gqa-attention": ("gqa_attention.json", speed_report.gqa_attention),

@@ -158,3 +158,18 @@ def copy_validations(r: dict[str, Any]) -> str:
               "dev-panel games, the untrained policy, each variant once, one after the other in one process; the "
               "distance is the fp32 policy's log-probs of the sampled tokens against the sampler's own (its "
               "time left out). " + _footer(r))
+
+
+def copy_drift(r: dict[str, Any]) -> str:
+    """A whole ``run_speed`` run with a sampler copy: the copy's distance from the fp32 policy at each
+    validation, as the policy trains."""
+    rows = [[x["variant"], i + 1, f"{v['successes']} of {v['episodes']}", v["sampler_vs_policy"]["tokens"],
+             f"{v['sampler_vs_policy']['mean_abs']:.3f}", f"{v['sampler_vs_policy']['k3']:.2g}",
+             f"{v['sampler_vs_policy']['max_abs']:.2f}", v["seconds"]]
+            for x in r["runs"] for i, v in enumerate(x["validations"])]
+    return (_table(["variant", "validation", "won", "tokens", "sampler vs policy: mean \\|Δ log p\\|", "k3",
+                    "max \\|Δ log p\\|", "validation s"], rows)
+            + f"\n\n`{r['args']['config']}` as recipe (seed {r['args']['seed']}, {len(r['runs'][0]['iterations'])} "
+              "iterations), which validates before training and then every 6 iterations: validations 1, 2, 3 are "
+              "the policy after 0, 6 and 12 updates. Distance: the fp32 policy's log-probs of the tokens the copy "
+              "sampled against the copy's own (its time left out). " + _footer(r))
